@@ -1,0 +1,106 @@
+//! [`MlmError`]: every way `mlm-core` rejects bad input, as a typed value.
+
+use thiserror::Error;
+
+/// The error type of `mlm-core`.
+///
+/// Each variant names the offending value and the rule it broke, so a caller can
+/// report it without reading Burn's internals. Nothing in `mlm-core` returns a
+/// silently wrong number instead of one of these.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum MlmError {
+    /// A label (or graded target) is neither in `[0, vocab_size)` nor the ignore index `-100`.
+    #[error(
+        "label {label} at flat position {position} is outside [0, {vocab_size}) and is not the ignore index -100"
+    )]
+    LabelOutOfRange {
+        /// Row-major index of the label among all labels.
+        position: usize,
+        /// The offending label.
+        label: i64,
+        /// Size of the vocabulary (number of logit columns).
+        vocab_size: usize,
+    },
+
+    /// Two tensors (or a tensor and a configuration) disagree on a shape.
+    #[error("shape mismatch for {what}: expected {expected}, got {actual:?}")]
+    ShapeMismatch {
+        /// Which argument has the wrong shape.
+        what: &'static str,
+        /// The expected shape, in words (e.g. `[.., d_model = 16]`).
+        expected: String,
+        /// The shape that was passed.
+        actual: Vec<usize>,
+    },
+
+    /// A masked position indexes past the `batch * seq` rows of the hidden states.
+    #[error("masked position {position} is outside the {n_rows} rows of the hidden states")]
+    PositionOutOfRange {
+        /// The offending flat position `b * seq + s`.
+        position: i64,
+        /// Number of rows, `batch * seq`.
+        n_rows: usize,
+    },
+
+    /// A probability-valued setting is not a number in `[0, 1]`.
+    #[error("{name} = {value} is not a probability in [0, 1]")]
+    InvalidProbability {
+        /// Name of the setting, e.g. `mlm_probability`.
+        name: &'static str,
+        /// The value that was given.
+        value: f64,
+    },
+
+    /// `mask_replace_prob + random_replace_prob > 1`: the 80/10/10 split cannot be drawn.
+    #[error(
+        "mask_replace_prob ({mask_replace_prob}) + random_replace_prob ({random_replace_prob}) exceeds 1"
+    )]
+    ReplaceProbabilitiesExceedOne {
+        /// Probability that a selected token becomes `[MASK]`.
+        mask_replace_prob: f64,
+        /// Probability that a selected token becomes a random token.
+        random_replace_prob: f64,
+    },
+
+    /// A token id that must index the vocabulary does not.
+    #[error("{name} = {id} is outside the vocabulary [0, {vocab_size})")]
+    TokenIdOutOfVocab {
+        /// What the id is, e.g. `mask_token_id`.
+        name: &'static str,
+        /// The offending id.
+        id: u32,
+        /// Size of the vocabulary.
+        vocab_size: usize,
+    },
+
+    /// The vocabulary is too small for the requested operation.
+    #[error("vocab_size = {vocab_size} is too small: {reason}")]
+    VocabTooSmall {
+        /// The configured vocabulary size.
+        vocab_size: usize,
+        /// Why it is too small.
+        reason: &'static str,
+    },
+
+    /// `min_predictions_per_seq > max_predictions_per_seq`.
+    #[error("min_predictions_per_seq ({min}) exceeds max_predictions_per_seq ({max})")]
+    InvalidPredictionBounds {
+        /// Configured minimum.
+        min: usize,
+        /// Configured maximum.
+        max: usize,
+    },
+
+    /// Whole-word masking was asked for, but no word boundaries are known for a sequence.
+    #[error(
+        "whole_word_mask is on but sequence {sequence} has no word ids and no WordPiece continuation tokens are registered"
+    )]
+    MissingWordIds {
+        /// Index of the sequence in the batch.
+        sequence: usize,
+    },
+
+    /// A head was asked to decode without a decoder weight, or was given two.
+    #[error("{0}")]
+    DecoderWeight(&'static str),
+}

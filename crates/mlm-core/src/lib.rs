@@ -1,0 +1,35 @@
+//! # mlm-core
+//!
+//! The masked-language-model (MLM) objective of BERT for any Burn backend: the
+//! head, the loss and the input corruption, each one step of one pipeline.
+//!
+//! ```text
+//! token ids ──corrupt 80/10/10──▶ input ids + labels                       masking::Masker
+//! input ids ──your encoder──▶ hidden states h [batch, seq, d_model]
+//! h ──gather masked rows──▶ h_M [n_masked, d_model]                        MlmHead::forward_masked
+//! h_M ──transform (dense→GELU→LayerNorm)──▶ ──decoder z = W h + b──▶ logits [n_masked, vocab]
+//! logits ──log-softmax──▶ ──pick true token──▶ ──negate──▶ ──mean over M──▶ loss   masked_cross_entropy
+//! ```
+//!
+//! - [`MaskingConfig`] / [`Masker`]: select ~15 % of the tokens; 80 % become `[MASK]`,
+//!   10 % a random token, 10 % stay; all are graded against the original
+//!   (BERT, Devlin et al. 2019, §3.1 and appendix A.1).
+//! - [`MlmHeadConfig`] / [`MlmHead`]: Hugging Face's `BertOnlyMLMHead`, own or tied decoder.
+//! - [`masked_cross_entropy`], [`masked_cross_entropy_with_labels`], [`MaskedCrossEntropy`]:
+//!   the mean of `-log p(true token)` over the masked positions only, with the sum and
+//!   count needed to normalise gradient accumulation globally.
+//!
+//! Bad input is answered with an [`MlmError`], never a silently wrong number.
+
+mod error;
+pub mod head;
+pub mod loss;
+pub mod masking;
+
+pub use error::MlmError;
+pub use head::{MlmHead, MlmHeadConfig, MlmHeadTransform, gelu};
+pub use loss::{
+    IGNORE_INDEX, MaskedCrossEntropy, MaskedCrossEntropyConfig, MlmLossOutput, Reduction,
+    masked_cross_entropy, masked_cross_entropy_with_labels,
+};
+pub use masking::{MaskedBatch, Masker, MaskingConfig};

@@ -1,0 +1,323 @@
+//! Masked cross-entropy: the mean of `-log p(true token)` over the masked positions only.
+//!
+//! For graded rows `M` of the logits `z` and their true tokens `t`:
+//!
+//! ```text
+//! loss = 1/|M| Σ_{i∈M} ( logsumexp(z_i) - z_{i,t_i} )
+//! ```
+//!
+//! which is `-log softmax(z_i)[t_i]` computed without ever forming the softmax:
+//! the row maximum is subtracted first (max-subtracted log-sum-exp), so logits of
+//! ±1e4 neither overflow nor lose the answer. Rows outside `M` take no part in the
+//! computation at all, so they get an exact zero gradient even when they hold `inf`.
+//! With no graded row the loss is exactly `0` with a zero gradient, never `NaN`
+//! (PyTorch's `cross_entropy(ignore_index=-100)` returns `NaN` there).
+//!
+//! Source: the MLM objective of BERT (Devlin et al. 2019, §3.1 "Task #1: Masked LM");
+//! label smoothing as in Szegedy et al. 2016 §7 and PyTorch's `label_smoothing`.
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, DType, ElementConversion, FloatDType, Int, Tensor, TensorData};
+
+use crate::MlmError;
+
+/// The label that marks a position as "not graded" (Hugging Face / PyTorch `ignore_index`).
+pub const IGNORE_INDEX: i64 = -100;
+
+/// How [`MlmLossOutput::loss`] reduces the per-position losses.
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum Reduction {
+    /// Sum over the graded positions divided by their number (BERT's objective).
+    Mean,
+    /// Sum over the graded positions; divide by a global count yourself (gradient accumulation).
+    Sum,
+}
+
+/// What a masked cross-entropy returns.
+///
+/// `loss_sum` and `n_graded` are what gradient accumulation and multi-device runs
+/// add up: the global loss is `Σ loss_sum / Σ n_graded`, never a mean of means.
+#[derive(Debug, Clone)]
+pub struct MlmLossOutput<B: Backend> {
+    /// The reduced loss, shape `[1]`, in nats, differentiable; the mean unless the
+    /// configuration asked for [`Reduction::Sum`]. Exactly `0` when `n_graded == 0`.
+    pub loss: Tensor<B, 1>,
+    /// Sum of the per-position losses, shape `[1]`, in nats, differentiable.
+    pub loss_sum: Tensor<B, 1>,
+    /// Number of graded (masked) positions `|M|`.
+    pub n_graded: usize,
+    /// Number of graded positions whose argmax logit is the true token (first index wins ties).
+    pub n_correct: usize,
+}
+
+impl<B: Backend> MlmLossOutput<B> {
+    /// Fraction of graded positions predicted correctly, `n_correct / n_graded` (0 when none).
+    pub fn accuracy(&self) -> f64 {
+        if self.n_graded == 0 {
+            0.0
+        } else {
+            self.n_correct as f64 / self.n_graded as f64
+        }
+    }
+}
+
+/// Configuration of [`MaskedCrossEntropy`].
+#[derive(Config, Debug)]
+pub struct MaskedCrossEntropyConfig {
+    /// Label smoothing `ε ∈ [0, 1]`: the target puts `1 - ε` on the true token and
+    /// `ε / vocab` on every token, over graded rows only (as PyTorch's `label_smoothing`).
+    #[config(default = 0.0)]
+    pub label_smoothing: f64,
+    /// Reduction of [`MlmLossOutput::loss`].
+    #[config(default = "Reduction::Mean")]
+    pub reduction: Reduction,
+}
+
+impl MaskedCrossEntropyConfig {
+    /// Builds the loss module.
+    ///
+    /// # Errors
+    /// [`MlmError::InvalidProbability`] if `label_smoothing` is not in `[0, 1]`.
+    pub fn init(&self) -> Result<MaskedCrossEntropy, MlmError> {
+        if !(0.0..=1.0).contains(&self.label_smoothing) {
+            return Err(MlmError::InvalidProbability {
+                name: "label_smoothing",
+                value: self.label_smoothing,
+            });
+        }
+        Ok(MaskedCrossEntropy {
+            label_smoothing: self.label_smoothing,
+            sum_reduction: self.reduction == Reduction::Sum,
+        })
+    }
+}
+
+/// Masked cross-entropy as a module (no parameters), for models that hold their loss.
+///
+/// A thin wrapper over the same computation as [`masked_cross_entropy`] that adds
+/// label smoothing and the reduction choice. Build it with [`MaskedCrossEntropyConfig`].
+#[derive(Module, Debug, Clone)]
+pub struct MaskedCrossEntropy {
+    label_smoothing: f64,
+    sum_reduction: bool,
+}
+
+impl MaskedCrossEntropy {
+    /// Loss of `logits` against Hugging Face-style `labels` (`-100` = not graded).
+    ///
+    /// # Shapes
+    /// - logits: `[..., vocab]`, e.g. `[n, vocab]` or `[batch, seq, vocab]`; f16/bf16 is promoted to f32.
+    /// - labels: `[...]`, the logits' shape without its last dimension; any Int dtype.
+    ///
+    /// # Errors
+    /// [`MlmError::ShapeMismatch`] if the shapes disagree; [`MlmError::LabelOutOfRange`]
+    /// if a label is neither `-100` nor in `[0, vocab)`.
+    pub fn forward_labels<B: Backend, const D: usize, const L: usize>(
+        &self,
+        logits: Tensor<B, D>,
+        labels: Tensor<B, L, Int>,
+    ) -> Result<MlmLossOutput<B>, MlmError> {
+        let rows = check_label_shape(&logits, &labels.dims(), "labels")?;
+        let labels = host_ints(labels.into_data());
+        self.graded(flatten_rows(logits, rows), labels)
+    }
+
+    /// Loss of `logits` against `targets`, graded only where `mask` is `true`.
+    ///
+    /// Targets at ungraded positions are not read, so they may hold anything.
+    ///
+    /// # Shapes
+    /// - logits: `[..., vocab]`; f16/bf16 is promoted to f32.
+    /// - targets, mask: `[...]`, the logits' shape without its last dimension.
+    ///
+    /// # Errors
+    /// [`MlmError::ShapeMismatch`] if the shapes disagree; [`MlmError::LabelOutOfRange`]
+    /// if a graded target is outside `[0, vocab)`.
+    pub fn forward<B: Backend, const D: usize, const L: usize>(
+        &self,
+        logits: Tensor<B, D>,
+        targets: Tensor<B, L, Int>,
+        mask: Tensor<B, L, Bool>,
+    ) -> Result<MlmLossOutput<B>, MlmError> {
+        let rows = check_label_shape(&logits, &targets.dims(), "targets")?;
+        check_label_shape(&logits, &mask.dims(), "mask")?;
+        let targets = host_ints(targets.into_data());
+        let graded = mask
+            .into_data()
+            .convert::<bool>()
+            .into_vec::<bool>()
+            .expect("a Bool tensor converts to bool");
+        let labels = targets
+            .into_iter()
+            .zip(graded)
+            .map(|(target, graded)| if graded { target } else { IGNORE_INDEX })
+            .collect();
+        self.graded(flatten_rows(logits, rows), labels)
+    }
+
+    /// The computation shared by both entry points: validate, gather the graded
+    /// rows, then log-softmax → pick the true token → negate → reduce.
+    fn graded<B: Backend>(
+        &self,
+        logits: Tensor<B, 2>,
+        labels: Vec<i64>,
+    ) -> Result<MlmLossOutput<B>, MlmError> {
+        let [n_rows, vocab_size] = logits.dims();
+        let device = logits.device();
+        let mut rows = Vec::new();
+        let mut targets = Vec::new();
+        for (position, &label) in labels.iter().enumerate() {
+            if label == IGNORE_INDEX {
+                continue;
+            }
+            if label < 0 || label as u64 >= vocab_size as u64 {
+                return Err(MlmError::LabelOutOfRange {
+                    position,
+                    label,
+                    vocab_size,
+                });
+            }
+            rows.push(position as i64);
+            targets.push(label);
+        }
+        // f16/bf16 logits lose too much in exp/log: the loss is always computed in f32.
+        let logits = match logits.dtype() {
+            DType::F16 | DType::BF16 => logits.cast(FloatDType::F32),
+            _ => logits,
+        };
+        let n_graded = rows.len();
+        if n_graded == 0 {
+            // Keep the logits in the graph so that `backward` yields a zero gradient
+            // (not a missing one); `mask_fill` passes no gradient to filled entries and
+            // replaces inf/NaN, so the result is an exact 0.
+            let all = Tensor::<B, 2, Bool>::full([n_rows, vocab_size], true, &device);
+            let zero = logits.mask_fill(all, 0.0).sum();
+            return Ok(MlmLossOutput {
+                loss: zero.clone(),
+                loss_sum: zero,
+                n_graded,
+                n_correct: 0,
+            });
+        }
+        // Gather the graded rows; rows outside M never enter the computation.
+        let graded_logits = if n_graded == n_rows {
+            logits
+        } else {
+            logits.select(
+                0,
+                Tensor::from_data(TensorData::from(rows.as_slice()), &device),
+            )
+        };
+        let targets: Tensor<B, 1, Int> =
+            Tensor::from_data(TensorData::from(targets.as_slice()), &device);
+        let n_correct = graded_logits
+            .clone()
+            .argmax(1)
+            .squeeze_dim::<1>(1)
+            .equal(targets.clone())
+            .int()
+            .sum()
+            .into_scalar();
+
+        // Log-softmax by max-subtracted log-sum-exp: log p_j = (z_j - max) - log Σ_k exp(z_k - max).
+        let row_max = graded_logits.clone().detach().max_dim(1);
+        let shifted = graded_logits - row_max;
+        let log_sum_exp = shifted.clone().exp().sum_dim(1).log();
+        // Pick the true token: -log p_t = log_sum_exp - (z_t - max).
+        let true_shifted = shifted.clone().gather(1, targets.unsqueeze_dim(1));
+        let mut nll = log_sum_exp.clone() - true_shifted;
+        if self.label_smoothing > 0.0 {
+            // -Σ_j (ε / V) log p_j = log_sum_exp - mean_j (z_j - max).
+            let uniform_nll = log_sum_exp - shifted.mean_dim(1);
+            nll = nll * (1.0 - self.label_smoothing) + uniform_nll * self.label_smoothing;
+        }
+        // Reduce over M.
+        let loss_sum = nll.sum();
+        let loss = if self.sum_reduction {
+            loss_sum.clone()
+        } else {
+            loss_sum.clone() / n_graded as f64
+        };
+        Ok(MlmLossOutput {
+            loss,
+            loss_sum,
+            n_graded,
+            n_correct: n_correct.elem::<i64>() as usize,
+        })
+    }
+}
+
+impl Default for MaskedCrossEntropy {
+    /// Plain cross-entropy, mean over the graded positions, no label smoothing.
+    fn default() -> Self {
+        Self {
+            label_smoothing: 0.0,
+            sum_reduction: false,
+        }
+    }
+}
+
+/// Masked cross-entropy, mean over the positions where `mask` is `true`.
+///
+/// `loss = 1/|M| Σ_{i∈M} -log softmax(logits_i)[targets_i]`; see the [module docs](self).
+///
+/// # Shapes
+/// - logits: `[..., vocab]`, e.g. `[n_masked, vocab]` or `[batch, seq, vocab]`.
+/// - targets, mask: `[...]`, the logits' shape without its last dimension.
+///
+/// # Errors
+/// [`MlmError::ShapeMismatch`], [`MlmError::LabelOutOfRange`]; see [`MaskedCrossEntropy::forward`].
+pub fn masked_cross_entropy<B: Backend, const D: usize, const L: usize>(
+    logits: Tensor<B, D>,
+    targets: Tensor<B, L, Int>,
+    mask: Tensor<B, L, Bool>,
+) -> Result<MlmLossOutput<B>, MlmError> {
+    MaskedCrossEntropy::default().forward(logits, targets, mask)
+}
+
+/// Masked cross-entropy against Hugging Face-style labels, where `-100` marks "not graded".
+///
+/// # Shapes
+/// - logits: `[..., vocab]`; labels: `[...]`.
+///
+/// # Errors
+/// [`MlmError::ShapeMismatch`], [`MlmError::LabelOutOfRange`]; see [`MaskedCrossEntropy::forward_labels`].
+pub fn masked_cross_entropy_with_labels<B: Backend, const D: usize, const L: usize>(
+    logits: Tensor<B, D>,
+    labels: Tensor<B, L, Int>,
+) -> Result<MlmLossOutput<B>, MlmError> {
+    MaskedCrossEntropy::default().forward_labels(logits, labels)
+}
+
+/// Checks that `label_dims` is `logits`' shape without its last dimension; returns the row count.
+fn check_label_shape<B: Backend, const D: usize>(
+    logits: &Tensor<B, D>,
+    label_dims: &[usize],
+    what: &'static str,
+) -> Result<usize, MlmError> {
+    let dims = logits.dims();
+    let (row_dims, _vocab) = dims.split_at(D - 1);
+    if D < 2 || label_dims != row_dims {
+        return Err(MlmError::ShapeMismatch {
+            what,
+            expected: format!("{row_dims:?} (the logits' shape {dims:?} without vocab)"),
+            actual: label_dims.to_vec(),
+        });
+    }
+    Ok(row_dims.iter().product())
+}
+
+/// `[..., vocab]` → `[rows, vocab]`.
+fn flatten_rows<B: Backend, const D: usize>(logits: Tensor<B, D>, rows: usize) -> Tensor<B, 2> {
+    let vocab = logits.dims()[D - 1];
+    logits.reshape([rows, vocab])
+}
+
+/// Reads an Int tensor's data as `i64` whatever the backend's Int dtype.
+fn host_ints(data: TensorData) -> Vec<i64> {
+    data.convert::<i64>()
+        .into_vec::<i64>()
+        .expect("an Int tensor converts to i64")
+}

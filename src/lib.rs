@@ -1,0 +1,11 @@
+//! # burn-mlm
+//!
+//! BERT-style masked-language-model pretraining on Burn. This crate re-exports the two
+//! workspace crates:
+//!
+//! - [`core`] (`mlm-core`): the MLM head, the masked cross-entropy and the 80/10/10
+//!   masking, generic over any Burn backend;
+//! - [`train`] (`mlm-train`): the tiny-BERT pretraining run built on them.
+
+pub use mlm_core as core;
+pub use mlm_train as train;

@@ -1,0 +1,181 @@
+//! The BERT MLM head against PyTorch/transformers (`tests/fixtures/mlm_head.json`):
+//! logits, loss, and the gradients of the hidden states, the tied embedding, the output
+//! bias and the dense weight, through both the dense path (`forward` + labels) and the
+//! sparse path (`forward_masked`). PyTorch stores a Linear weight `[out, in]`, Burn `[in, out]`.
+
+mod common;
+
+use burn::backend::{Autodiff, NdArray};
+use burn::module::Param;
+use burn::tensor::{Int, Tensor, TensorData};
+use common::{assert_close, dims, fixture, floats, ints, tensor, to_vec};
+use mlm_core::{MlmHead, MlmHeadConfig, masked_cross_entropy_with_labels};
+use serde_json::Value;
+
+type B = Autodiff<NdArray>;
+
+/// The reference head with its parameters loaded, and the tied embedding.
+fn reference_head(reference: &Value) -> (MlmHead<B>, Param<Tensor<B, 2>>) {
+    let device = Default::default();
+    let d_model = reference["d_model"].as_u64().unwrap() as usize;
+    let vocab = reference["vocab_size"].as_u64().unwrap() as usize;
+    let params = &reference["params"];
+    let param = |key: &str| floats(&params[key]);
+    let mut head = MlmHeadConfig::new(d_model, vocab).init::<B>(&device);
+    let transform = head.transform.as_mut().unwrap();
+    // PyTorch [out, in] → Burn [in, out].
+    let dense_weight = param("transform.dense.weight [out,in] (PyTorch layout; y = x W^T + b)");
+    transform.dense.weight =
+        Param::from_tensor(tensor::<B, 2>(dense_weight, [d_model, d_model], &device).transpose());
+    transform.dense.bias = Some(Param::from_tensor(tensor(
+        param("transform.dense.bias"),
+        [d_model],
+        &device,
+    )));
+    transform.layer_norm.gamma = Param::from_tensor(tensor(
+        param("transform.LayerNorm.weight"),
+        [d_model],
+        &device,
+    ));
+    transform.layer_norm.beta = Some(Param::from_tensor(tensor(
+        param("transform.LayerNorm.bias"),
+        [d_model],
+        &device,
+    )));
+    head.bias = Param::from_tensor(tensor(param("bias [vocab]"), [vocab], &device));
+    let embedding = Param::from_tensor(tensor(
+        param("tied_embedding.weight [vocab,d_model]"),
+        [vocab, d_model],
+        &device,
+    ));
+    (head, embedding)
+}
+
+fn labels(reference: &Value, shape: [usize; 2]) -> Tensor<B, 2, Int> {
+    Tensor::from_data(
+        TensorData::new(ints(&reference["labels"]), shape),
+        &Default::default(),
+    )
+}
+
+/// Checks every gradient the fixture holds, from a backward pass of the mean loss.
+fn assert_reference_gradients(
+    reference: &Value,
+    loss: Tensor<B, 1>,
+    hidden: &Tensor<B, 3>,
+    head: &MlmHead<B>,
+    embedding: &Param<Tensor<B, 2>>,
+) {
+    let expected = &reference["expected"];
+    let grads = loss.backward();
+    let grad = |t: Option<Tensor<NdArray, 2>>| to_vec(t.expect("gradient"));
+    let grad_hidden = to_vec(hidden.grad(&grads).unwrap());
+    assert_close(
+        "grad hidden",
+        &grad_hidden,
+        &floats(&expected["grad_hidden"]),
+        1e-5,
+        1e-6,
+    );
+    let grad_embedding = grad(embedding.val().grad(&grads));
+    let expected_embedding = floats(&expected["grad_tied_embedding"]);
+    assert_close(
+        "grad tied embedding",
+        &grad_embedding,
+        &expected_embedding,
+        1e-5,
+        1e-6,
+    );
+    let grad_bias = to_vec(head.bias.val().grad(&grads).unwrap());
+    assert_close(
+        "grad bias",
+        &grad_bias,
+        &floats(&expected["grad_bias"]),
+        1e-5,
+        1e-6,
+    );
+    // PyTorch's dense-weight gradient is [out, in]; ours is [in, out].
+    let dense = &head.transform.as_ref().unwrap().dense;
+    let grad_dense = grad(dense.weight.val().grad(&grads).map(|g| g.transpose()));
+    let expected_dense = floats(&expected["grad_transform.dense.weight"]);
+    assert_close(
+        "grad dense weight",
+        &grad_dense,
+        &expected_dense,
+        1e-5,
+        1e-6,
+    );
+}
+
+#[test]
+fn dense_path_matches_transformers_head() {
+    let reference = fixture("mlm_head.json");
+    let (head, embedding) = reference_head(&reference);
+    let shape: [usize; 3] = dims(&reference["hidden_shape"]);
+    let hidden =
+        tensor::<B, 3>(floats(&reference["hidden"]), shape, &Default::default()).require_grad();
+
+    let logits = head.forward(hidden.clone(), Some(embedding.val())).unwrap();
+    let expected = &reference["expected"];
+    assert_eq!(
+        logits.dims().to_vec(),
+        ints(&expected["logits_shape"])
+            .iter()
+            .map(|&d| d as usize)
+            .collect::<Vec<_>>()
+    );
+    assert_close(
+        "logits",
+        &to_vec(logits.clone()),
+        &floats(&expected["logits"]),
+        1e-5,
+        1e-6,
+    );
+
+    let out =
+        masked_cross_entropy_with_labels(logits, labels(&reference, [shape[0], shape[1]])).unwrap();
+    let expected_loss = expected["loss_mean"].as_f64().unwrap() as f32;
+    assert_close(
+        "loss",
+        &to_vec(out.loss.clone()),
+        &[expected_loss],
+        1e-5,
+        1e-6,
+    );
+    assert_eq!(out.n_graded, 4);
+    assert_reference_gradients(&reference, out.loss, &hidden, &head, &embedding);
+}
+
+#[test]
+fn sparse_path_gives_the_same_loss_and_gradients() {
+    let reference = fixture("mlm_head.json");
+    let (head, embedding) = reference_head(&reference);
+    let shape: [usize; 3] = dims(&reference["hidden_shape"]);
+    let device = Default::default();
+    let hidden = tensor::<B, 3>(floats(&reference["hidden"]), shape, &device).require_grad();
+    let labels = ints(&reference["labels"]);
+    let (positions, targets): (Vec<i64>, Vec<i64>) = labels
+        .iter()
+        .enumerate()
+        .filter(|&(_, &label)| label != -100)
+        .map(|(position, &label)| (position as i64, label))
+        .unzip();
+    let n = positions.len();
+    let positions = Tensor::<B, 1, Int>::from_data(TensorData::new(positions, [n]), &device);
+    let targets = Tensor::<B, 1, Int>::from_data(TensorData::new(targets, [n]), &device);
+
+    let logits = head
+        .forward_masked(hidden.clone(), positions, Some(embedding.val()))
+        .unwrap();
+    assert_eq!(logits.dims(), [4, 50]);
+    let out = masked_cross_entropy_with_labels(logits, targets).unwrap();
+    let expected_loss = reference["expected"]["loss_mean"].as_f64().unwrap() as f32;
+    assert_close(
+        "sparse loss",
+        &to_vec(out.loss.clone()),
+        &[expected_loss],
+        1e-5,
+        1e-6,
+    );
+    assert_reference_gradients(&reference, out.loss, &hidden, &head, &embedding);
+}
