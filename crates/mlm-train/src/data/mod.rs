@@ -1,0 +1,53 @@
+//! The data pipeline: corpus → cleaned sentences → WordPiece ids → packed sequences →
+//! freshly masked batches.
+
+pub mod batch;
+pub mod corpus;
+pub mod tokenizer;
+
+use std::path::Path;
+
+pub use batch::{MlmBatch, epoch_order, make_batch, pack, unigram_baseline};
+pub use corpus::{CORPUS_PACKAGES, Document, clean, fetch_corpus, read_corpus, split_held_out};
+pub use tokenizer::{SPECIAL_TOKENS, WordPieceTokenizer};
+
+use crate::error::TrainError;
+
+/// Training and held-out sequences with the tokenizer that made them.
+pub struct PreparedData {
+    /// The tokenizer.
+    pub tokenizer: WordPieceTokenizer,
+    /// Packed training sequences.
+    pub train: Vec<Vec<u32>>,
+    /// Packed held-out sequences (every 50th document).
+    pub held_out: Vec<Vec<u32>>,
+}
+
+/// Reads and splits the corpus, trains the tokenizer on the training split (unless one
+/// is given), and packs both splits into sequences of at most `max_seq_len` tokens.
+///
+/// # Errors
+/// Corpus, tokenizer and configuration errors, each naming its file or value.
+pub fn prepare(
+    corpus: &Path,
+    tokenizer: Option<WordPieceTokenizer>,
+    vocab_size: usize,
+    max_seq_len: usize,
+    held_out_every: usize,
+) -> Result<PreparedData, TrainError> {
+    let (train_docs, held_out_docs) = split_held_out(read_corpus(corpus)?, held_out_every);
+    let tokenizer = match tokenizer {
+        Some(tokenizer) => tokenizer,
+        None => WordPieceTokenizer::train(
+            train_docs
+                .iter()
+                .flat_map(|d| d.sentences.iter().map(String::as_str)),
+            vocab_size,
+        )?,
+    };
+    Ok(PreparedData {
+        train: pack(&train_docs, &tokenizer, max_seq_len)?,
+        held_out: pack(&held_out_docs, &tokenizer, max_seq_len)?,
+        tokenizer,
+    })
+}

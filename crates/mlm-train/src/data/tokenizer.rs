@@ -1,0 +1,194 @@
+//! WordPiece tokenizer (the `tokenizers` crate): trained on the training split, or loaded
+//! from a `tokenizer.json` or a BERT `vocab.txt`.
+
+use std::path::Path;
+
+use tokenizers::models::TrainerWrapper;
+use tokenizers::models::wordpiece::{WordPiece, WordPieceTrainer};
+use tokenizers::normalizers::bert::BertNormalizer;
+use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
+use tokenizers::processors::template::TemplateProcessing;
+use tokenizers::{AddedToken, Tokenizer};
+
+use crate::error::TrainError;
+
+/// BERT's special tokens, in the order a trained vocabulary assigns their ids (0..5).
+pub const SPECIAL_TOKENS: [&str; 5] = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"];
+
+/// A BERT-style uncased WordPiece tokenizer with the ids of its special tokens.
+#[derive(Clone)]
+pub struct WordPieceTokenizer {
+    inner: Tokenizer,
+    /// `[PAD]` id.
+    pub pad_id: u32,
+    /// `[CLS]` id.
+    pub cls_id: u32,
+    /// `[SEP]` id.
+    pub sep_id: u32,
+    /// `[MASK]` id.
+    pub mask_id: u32,
+    /// Ids never selected for masking nor drawn as random replacements: the five specials
+    /// and every other bracketed token such as bert-base's `[unused0]`.
+    pub special_ids: Vec<u32>,
+}
+
+impl WordPieceTokenizer {
+    /// Trains an uncased WordPiece vocabulary of `vocab_size` tokens (specials included)
+    /// on `sentences`.
+    ///
+    /// # Errors
+    /// [`TrainError::Tokenizer`] if training fails.
+    pub fn train<'a>(
+        sentences: impl Iterator<Item = &'a str> + Send,
+        vocab_size: usize,
+    ) -> Result<Self, TrainError> {
+        let fail = |e: tokenizers::Error| TrainError::Tokenizer {
+            path: "(training)".into(),
+            reason: e.to_string(),
+        };
+        let mut tokenizer = bert_pipeline(WordPiece::default());
+        let trainer = WordPieceTrainer::builder()
+            .vocab_size(vocab_size)
+            .min_frequency(2)
+            .show_progress(false)
+            .special_tokens(
+                SPECIAL_TOKENS
+                    .iter()
+                    .map(|t| AddedToken::from(*t, true))
+                    .collect(),
+            )
+            .build();
+        let mut trainer: TrainerWrapper = trainer.into();
+        tokenizer.train(&mut trainer, sentences).map_err(fail)?;
+        Self::new(tokenizer, Path::new("(training)"))
+    }
+
+    /// Loads `tokenizer.json` or a BERT `vocab.txt` (one token per line; uncased).
+    ///
+    /// # Errors
+    /// [`TrainError::Tokenizer`] naming the file if it cannot be read or lacks a special token.
+    pub fn from_file(path: &Path) -> Result<Self, TrainError> {
+        let fail = |reason: String| TrainError::Tokenizer {
+            path: path.to_path_buf(),
+            reason,
+        };
+        if !path.is_file() {
+            return Err(fail("no such file".into()));
+        }
+        let tokenizer = if path.extension().is_some_and(|e| e == "txt") {
+            let file = path
+                .to_str()
+                .ok_or_else(|| fail("path is not UTF-8".into()))?;
+            let model = WordPiece::from_file(file)
+                .unk_token("[UNK]".into())
+                .build()
+                .map_err(|e| fail(e.to_string()))?;
+            bert_pipeline(model)
+        } else {
+            Tokenizer::from_file(path).map_err(|e| fail(e.to_string()))?
+        };
+        Self::new(tokenizer, path)
+    }
+
+    fn new(mut inner: Tokenizer, path: &Path) -> Result<Self, TrainError> {
+        // Match the specials (a literal "[MASK]" in a prompt) before normalisation.
+        inner.add_special_tokens(
+            &SPECIAL_TOKENS
+                .iter()
+                .map(|t| AddedToken::from(*t, true))
+                .collect::<Vec<_>>(),
+        );
+        let id = |token: &str| {
+            inner
+                .token_to_id(token)
+                .ok_or_else(|| TrainError::Tokenizer {
+                    path: path.to_path_buf(),
+                    reason: format!("the vocabulary has no {token} token"),
+                })
+        };
+        let [pad_id, _unk_id, cls_id, sep_id, mask_id] = [
+            id(SPECIAL_TOKENS[0])?,
+            id(SPECIAL_TOKENS[1])?,
+            id(SPECIAL_TOKENS[2])?,
+            id(SPECIAL_TOKENS[3])?,
+            id(SPECIAL_TOKENS[4])?,
+        ];
+        let mut special_ids: Vec<u32> = inner
+            .get_vocab(true)
+            .into_iter()
+            .filter(|(token, _)| token.starts_with('[') && token.ends_with(']'))
+            .map(|(_, id)| id)
+            .collect();
+        special_ids.sort_unstable();
+        let template = TemplateProcessing::builder()
+            .try_single("[CLS] $A [SEP]")
+            .and_then(|t| t.try_pair("[CLS] $A [SEP] $B:1 [SEP]:1"))
+            .map_err(|e| TrainError::Tokenizer {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })?
+            .special_tokens(vec![("[CLS]", cls_id), ("[SEP]", sep_id)])
+            .build()
+            .map_err(|e| TrainError::Tokenizer {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })?;
+        inner.with_post_processor(Some(template));
+        Ok(Self {
+            inner,
+            pad_id,
+            cls_id,
+            sep_id,
+            mask_id,
+            special_ids,
+        })
+    }
+
+    /// Saves as `tokenizer.json`.
+    ///
+    /// # Errors
+    /// [`TrainError::Tokenizer`] if writing fails.
+    pub fn save(&self, path: &Path) -> Result<(), TrainError> {
+        self.inner
+            .save(path, true)
+            .map_err(|e| TrainError::Tokenizer {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// Number of tokens in the vocabulary.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// Token ids of `text`, without `[CLS]`/`[SEP]`. The literal `[MASK]` stays one token.
+    ///
+    /// # Errors
+    /// [`TrainError::Tokenizer`] if the tokenizer fails on the text.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, TrainError> {
+        self.inner
+            .encode(text, false)
+            .map(|encoding| encoding.get_ids().to_vec())
+            .map_err(|e| TrainError::Tokenizer {
+                path: "(encoding)".into(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// The token string of `id` (`[UNK]` for an unknown id).
+    pub fn token(&self, id: u32) -> String {
+        self.inner
+            .id_to_token(id)
+            .unwrap_or_else(|| SPECIAL_TOKENS[1].to_string())
+    }
+}
+
+/// BERT's uncased pipeline around a WordPiece model: clean text, lowercase, strip accents,
+/// split on whitespace and punctuation.
+fn bert_pipeline(model: WordPiece) -> Tokenizer {
+    let mut tokenizer = Tokenizer::new(model);
+    tokenizer.with_normalizer(Some(BertNormalizer::default()));
+    tokenizer.with_pre_tokenizer(Some(BertPreTokenizer));
+    tokenizer
+}

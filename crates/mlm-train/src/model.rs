@@ -1,0 +1,358 @@
+//! BERT for masked-language modelling, top to bottom: embeddings → encoder layers →
+//! the tied `mlm-core` head on the masked rows only.
+//!
+//! Post-LN Transformer encoder as in BERT (Devlin et al. 2019, §3; Vaswani et al. 2017).
+//! Field names follow Hugging Face's `BertForMaskedLM` checkpoint keys one to one
+//! (`self_attention` for `attention.self`, `layer_norm` for `LayerNorm`), so that
+//! import and export are a table of names.
+
+use burn::config::Config;
+use burn::module::{Initializer, Module};
+use burn::nn::{
+    Dropout, DropoutConfig, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear,
+    LinearConfig,
+};
+use burn::tensor::activation::softmax;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Int, Tensor};
+use mlm_core::{MlmError, MlmHead, MlmHeadConfig, gelu};
+
+/// Sizes of a BERT, with Hugging Face's `BertConfig` names; saved as JSON in a run directory.
+#[derive(Config, Debug, PartialEq)]
+pub struct BertConfig {
+    /// Number of tokens in the vocabulary.
+    pub vocab_size: usize,
+    /// Width of the hidden states, `d_model`.
+    #[config(default = 128)]
+    pub hidden_size: usize,
+    /// Number of encoder layers.
+    #[config(default = 2)]
+    pub num_hidden_layers: usize,
+    /// Number of attention heads; must divide `hidden_size`.
+    #[config(default = 2)]
+    pub num_attention_heads: usize,
+    /// Width of the feed-forward layer.
+    #[config(default = 512)]
+    pub intermediate_size: usize,
+    /// Length of the position table: the longest sequence the model accepts.
+    #[config(default = 128)]
+    pub max_position_embeddings: usize,
+    /// Number of segment (token type) ids.
+    #[config(default = 2)]
+    pub type_vocab_size: usize,
+    /// Epsilon of every LayerNorm.
+    #[config(default = 1e-12)]
+    pub layer_norm_eps: f64,
+    /// Dropout after embeddings, attention output and feed-forward.
+    #[config(default = 0.0)]
+    pub hidden_dropout_prob: f64,
+    /// Dropout on the attention probabilities.
+    #[config(default = 0.0)]
+    pub attention_probs_dropout_prob: f64,
+    /// Standard deviation of the normal initialisation of weights and embeddings (BERT: 0.02).
+    #[config(default = 0.02)]
+    pub initializer_range: f64,
+}
+
+impl BertConfig {
+    /// Checks that the sizes make a model.
+    ///
+    /// # Errors
+    /// A message naming the inconsistent sizes.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("intermediate_size", self.intermediate_size),
+            ("max_position_embeddings", self.max_position_embeddings),
+            ("type_vocab_size", self.type_vocab_size),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("{name} must be positive"));
+        }
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
+            return Err(format!(
+                "hidden_size ({}) is not divisible by num_attention_heads ({})",
+                self.hidden_size, self.num_attention_heads
+            ));
+        }
+        Ok(())
+    }
+
+    /// Builds the model on `device`.
+    ///
+    /// # Panics
+    /// If [`validate`](Self::validate) fails.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> BertForMaskedLm<B> {
+        if let Err(message) = self.validate() {
+            panic!("invalid BertConfig: {message}");
+        }
+        let normal = Initializer::Normal {
+            mean: 0.0,
+            std: self.initializer_range,
+        };
+        let linear = |d_in, d_out| {
+            LinearConfig::new(d_in, d_out)
+                .with_initializer(normal.clone())
+                .init(device)
+        };
+        let layer_norm = || {
+            LayerNormConfig::new(self.hidden_size)
+                .with_epsilon(self.layer_norm_eps)
+                .init(device)
+        };
+        let embedding = |n| {
+            EmbeddingConfig::new(n, self.hidden_size)
+                .with_initializer(normal.clone())
+                .init(device)
+        };
+        let dropout = DropoutConfig::new(self.hidden_dropout_prob).init();
+        let (d, heads) = (self.hidden_size, self.num_attention_heads);
+        let layers = (0..self.num_hidden_layers)
+            .map(|_| BertLayer {
+                attention: BertAttention {
+                    self_attention: BertSelfAttention {
+                        query: linear(d, d),
+                        key: linear(d, d),
+                        value: linear(d, d),
+                        dropout: DropoutConfig::new(self.attention_probs_dropout_prob).init(),
+                        num_attention_heads: heads,
+                    },
+                    output: BertResidual {
+                        dense: linear(d, d),
+                        layer_norm: layer_norm(),
+                        dropout: dropout.clone(),
+                    },
+                },
+                intermediate: linear(d, self.intermediate_size),
+                output: BertResidual {
+                    dense: linear(self.intermediate_size, d),
+                    layer_norm: layer_norm(),
+                    dropout: dropout.clone(),
+                },
+            })
+            .collect();
+        BertForMaskedLm {
+            embeddings: BertEmbeddings {
+                word_embeddings: embedding(self.vocab_size),
+                position_embeddings: embedding(self.max_position_embeddings),
+                token_type_embeddings: embedding(self.type_vocab_size),
+                layer_norm: layer_norm(),
+                dropout,
+            },
+            layers,
+            head: MlmHeadConfig::new(d, self.vocab_size)
+                .with_layer_norm_eps(self.layer_norm_eps)
+                .with_initializer(normal)
+                .init(device),
+        }
+    }
+
+    /// Number of trainable parameters (the tied decoder counted once).
+    pub fn num_parameters(&self) -> usize {
+        let (d, ff, v) = (self.hidden_size, self.intermediate_size, self.vocab_size);
+        let embeddings = (v + self.max_position_embeddings + self.type_vocab_size) * d + 2 * d;
+        let layer = 4 * (d * d + d) + 2 * d + (d * ff + ff) + (ff * d + d) + 2 * d;
+        let head = d * d + d + 2 * d + v;
+        embeddings + self.num_hidden_layers * layer + head
+    }
+}
+
+/// Token + position + segment embeddings, then LayerNorm and dropout.
+#[derive(Module, Debug)]
+pub struct BertEmbeddings<B: Backend> {
+    /// `[vocab, d_model]`; also the tied decoder of the MLM head.
+    pub word_embeddings: Embedding<B>,
+    /// `[max_position_embeddings, d_model]`, learned absolute positions.
+    pub position_embeddings: Embedding<B>,
+    /// `[type_vocab_size, d_model]`, segment A/B.
+    pub token_type_embeddings: Embedding<B>,
+    /// LayerNorm over the sum.
+    pub layer_norm: LayerNorm<B>,
+    /// Dropout after the LayerNorm.
+    pub dropout: Dropout,
+}
+
+impl<B: Backend> BertEmbeddings<B> {
+    /// `input_ids`, `token_type_ids`: `[batch, seq]` → `[batch, seq, d_model]`.
+    pub fn forward(
+        &self,
+        input_ids: Tensor<B, 2, Int>,
+        token_type_ids: Tensor<B, 2, Int>,
+    ) -> Tensor<B, 3> {
+        let [batch, seq] = input_ids.dims();
+        let position_ids = Tensor::arange(0..seq as i64, &input_ids.device())
+            .unsqueeze::<2>()
+            .repeat_dim(0, batch);
+        let sum = self.word_embeddings.forward(input_ids)
+            + self.position_embeddings.forward(position_ids)
+            + self.token_type_embeddings.forward(token_type_ids);
+        self.dropout.forward(self.layer_norm.forward(sum))
+    }
+}
+
+/// Multi-head scaled dot-product self-attention (`attention.self` in Hugging Face's names).
+#[derive(Module, Debug)]
+pub struct BertSelfAttention<B: Backend> {
+    /// Query projection `[d_model, d_model]`.
+    pub query: Linear<B>,
+    /// Key projection `[d_model, d_model]`.
+    pub key: Linear<B>,
+    /// Value projection `[d_model, d_model]`.
+    pub value: Linear<B>,
+    /// Dropout on the attention probabilities.
+    pub dropout: Dropout,
+    /// Number of heads.
+    pub num_attention_heads: usize,
+}
+
+impl<B: Backend> BertSelfAttention<B> {
+    /// `hidden [batch, seq, d_model]`, `mask_bias [batch, 1, 1, seq]` (0 or a large negative
+    /// number at padding keys) → context `[batch, seq, d_model]`.
+    pub fn forward(&self, hidden: Tensor<B, 3>, mask_bias: Tensor<B, 4>) -> Tensor<B, 3> {
+        let [batch, seq, d_model] = hidden.dims();
+        let heads = self.num_attention_heads;
+        let head_dim = d_model / heads;
+        let split_heads =
+            |x: Tensor<B, 3>| x.reshape([batch, seq, heads, head_dim]).swap_dims(1, 2);
+        let query = split_heads(self.query.forward(hidden.clone()));
+        let key = split_heads(self.key.forward(hidden.clone()));
+        let value = split_heads(self.value.forward(hidden));
+        let scores = query.matmul(key.transpose()) / (head_dim as f64).sqrt() + mask_bias;
+        let probs = self.dropout.forward(softmax(scores, 3));
+        probs
+            .matmul(value)
+            .swap_dims(1, 2)
+            .reshape([batch, seq, d_model])
+    }
+}
+
+/// Dense → dropout → residual add → LayerNorm (`attention.output` and `output` in HF's names).
+#[derive(Module, Debug)]
+pub struct BertResidual<B: Backend> {
+    /// Projection back to `d_model`.
+    pub dense: Linear<B>,
+    /// Post-LN LayerNorm over the residual sum.
+    pub layer_norm: LayerNorm<B>,
+    /// Dropout before the residual add.
+    pub dropout: Dropout,
+}
+
+impl<B: Backend> BertResidual<B> {
+    /// `LayerNorm(residual + dropout(dense(hidden)))`, `[batch, seq, _]` → `[batch, seq, d_model]`.
+    pub fn forward(&self, hidden: Tensor<B, 3>, residual: Tensor<B, 3>) -> Tensor<B, 3> {
+        self.layer_norm
+            .forward(residual + self.dropout.forward(self.dense.forward(hidden)))
+    }
+}
+
+/// Self-attention with its output block.
+#[derive(Module, Debug)]
+pub struct BertAttention<B: Backend> {
+    /// `attention.self`.
+    pub self_attention: BertSelfAttention<B>,
+    /// `attention.output`.
+    pub output: BertResidual<B>,
+}
+
+/// One post-LN encoder layer: attention block, then the GELU feed-forward block.
+#[derive(Module, Debug)]
+pub struct BertLayer<B: Backend> {
+    /// Attention block.
+    pub attention: BertAttention<B>,
+    /// Feed-forward expansion `[d_model, intermediate_size]`, followed by GELU (erf).
+    pub intermediate: Linear<B>,
+    /// Feed-forward projection back, residual and LayerNorm.
+    pub output: BertResidual<B>,
+}
+
+impl<B: Backend> BertLayer<B> {
+    /// `[batch, seq, d_model]` → `[batch, seq, d_model]`.
+    pub fn forward(&self, hidden: Tensor<B, 3>, mask_bias: Tensor<B, 4>) -> Tensor<B, 3> {
+        let context = self
+            .attention
+            .self_attention
+            .forward(hidden.clone(), mask_bias);
+        let attended = self.attention.output.forward(context, hidden);
+        let expanded = gelu(self.intermediate.forward(attended.clone()));
+        self.output.forward(expanded, attended)
+    }
+}
+
+/// BERT with its masked-language-model head tied to the token embedding.
+#[derive(Module, Debug)]
+pub struct BertForMaskedLm<B: Backend> {
+    /// `bert.embeddings`.
+    pub embeddings: BertEmbeddings<B>,
+    /// `bert.encoder.layer`.
+    pub layers: Vec<BertLayer<B>>,
+    /// `cls.predictions`: transform and output bias; the decoder is `word_embeddings`.
+    pub head: MlmHead<B>,
+}
+
+impl<B: Backend> BertForMaskedLm<B> {
+    /// Hidden states of the last layer.
+    ///
+    /// # Shapes
+    /// - input_ids, token_type_ids: `[batch, seq]`, `seq <= max_position_embeddings`
+    /// - padding_mask: `[batch, seq]`, `true` at padding (keys never attended to)
+    /// - output: `[batch, seq, d_model]`
+    pub fn encode(
+        &self,
+        input_ids: Tensor<B, 2, Int>,
+        token_type_ids: Tensor<B, 2, Int>,
+        padding_mask: Tensor<B, 2, Bool>,
+    ) -> Tensor<B, 3> {
+        // Additive bias: a padding key gets -1e9 before the softmax, i.e. probability 0.
+        let mask_bias = padding_mask
+            .float()
+            .mul_scalar(-1e9)
+            .unsqueeze_dims::<4>(&[1, 2]);
+        let mut hidden = self.embeddings.forward(input_ids, token_type_ids);
+        for layer in &self.layers {
+            hidden = layer.forward(hidden, mask_bias.clone());
+        }
+        hidden
+    }
+
+    /// Logits at the masked positions only (sparse prediction).
+    ///
+    /// # Shapes
+    /// - input_ids, token_type_ids, padding_mask: as in [`encode`](Self::encode)
+    /// - masked_positions: `[n_masked]`, flat indices `b * seq + s`
+    /// - output: `[n_masked, vocab]`
+    ///
+    /// # Errors
+    /// [`MlmError::PositionOutOfRange`] for a position outside the batch.
+    pub fn forward_masked(
+        &self,
+        input_ids: Tensor<B, 2, Int>,
+        token_type_ids: Tensor<B, 2, Int>,
+        padding_mask: Tensor<B, 2, Bool>,
+        masked_positions: Tensor<B, 1, Int>,
+    ) -> Result<Tensor<B, 2>, MlmError> {
+        let hidden = self.encode(input_ids, token_type_ids, padding_mask);
+        self.head.forward_masked(
+            hidden,
+            masked_positions,
+            Some(self.embeddings.word_embeddings.weight.val()),
+        )
+    }
+
+    /// Logits at every position, `[batch, seq, vocab]` (fill-mask and Hugging Face parity).
+    ///
+    /// # Errors
+    /// None in practice: the head's shapes are fixed by construction.
+    pub fn forward(
+        &self,
+        input_ids: Tensor<B, 2, Int>,
+        token_type_ids: Tensor<B, 2, Int>,
+        padding_mask: Tensor<B, 2, Bool>,
+    ) -> Result<Tensor<B, 3>, MlmError> {
+        let hidden = self.encode(input_ids, token_type_ids, padding_mask);
+        self.head
+            .forward(hidden, Some(self.embeddings.word_embeddings.weight.val()))
+    }
+}

@@ -1,0 +1,138 @@
+//! Using a trained run: fill in `[MASK]`s, and measure held-out loss.
+
+use std::path::Path;
+
+use burn::tensor::activation::softmax;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Int, Tensor, TensorData};
+
+use crate::checkpoint;
+use crate::data::{self, WordPieceTokenizer};
+use crate::error::TrainError;
+use crate::model::BertForMaskedLm;
+use crate::train::{EvalMetrics, RunDir, TrainConfig, evaluate};
+
+/// The candidates for one `[MASK]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MaskPrediction {
+    /// Position of the `[MASK]` among the text's tokens (`[CLS]` is 0).
+    pub position: usize,
+    /// The `top_k` tokens with their probabilities, most probable first.
+    pub candidates: Vec<(String, f64)>,
+}
+
+/// A trained run loaded for inference: configuration, tokenizer and newest checkpoint.
+pub struct TrainedRun<B: Backend> {
+    /// The run's configuration.
+    pub config: TrainConfig,
+    /// The run's tokenizer.
+    pub tokenizer: WordPieceTokenizer,
+    /// The model of the newest complete checkpoint.
+    pub model: BertForMaskedLm<B>,
+}
+
+impl<B: Backend> TrainedRun<B> {
+    /// Loads the run in `run_dir`.
+    ///
+    /// # Errors
+    /// [`TrainError::Json`], [`TrainError::Tokenizer`] or [`TrainError::Checkpoint`]
+    /// naming the missing or broken file.
+    pub fn load(run_dir: &Path, device: &B::Device) -> Result<Self, TrainError> {
+        let dir = RunDir(run_dir.to_path_buf());
+        let config = dir.load_config()?;
+        let tokenizer = WordPieceTokenizer::from_file(&dir.tokenizer())?;
+        let model = checkpoint::load_model(&checkpoint::latest(run_dir)?, &config.model, device)?;
+        Ok(Self {
+            config,
+            tokenizer,
+            model,
+        })
+    }
+
+    /// The `top_k` most probable tokens for each `[MASK]` in `text`.
+    ///
+    /// # Errors
+    /// [`TrainError::Config`] if `text` has no `[MASK]` or is longer than the position table.
+    pub fn fill_mask(
+        &self,
+        text: &str,
+        top_k: usize,
+        device: &B::Device,
+    ) -> Result<Vec<MaskPrediction>, TrainError> {
+        let t = &self.tokenizer;
+        let mut ids = vec![t.cls_id];
+        ids.extend(t.encode(text)?);
+        ids.push(t.sep_id);
+        let max = self.config.model.max_position_embeddings;
+        if ids.len() > max {
+            return Err(TrainError::Config(format!(
+                "the text is {} tokens with [CLS] and [SEP], longer than the model's {max} positions",
+                ids.len()
+            )));
+        }
+        let masks: Vec<usize> = (0..ids.len()).filter(|&i| ids[i] == t.mask_id).collect();
+        if masks.is_empty() {
+            return Err(TrainError::Config(format!("no [MASK] in {text:?}")));
+        }
+        let seq = ids.len();
+        let input: Vec<i64> = ids.iter().map(|&id| i64::from(id)).collect();
+        let input_ids = Tensor::<B, 2, Int>::from_data(TensorData::new(input, [1, seq]), device);
+        let padding =
+            Tensor::<B, 2, Bool>::from_data(TensorData::new(vec![false; seq], [1, seq]), device);
+        let logits = self
+            .model
+            .forward(input_ids, Tensor::zeros([1, seq], device), padding)?;
+        let probs: Vec<f32> = softmax(logits, 2)
+            .into_data()
+            .convert::<f32>()
+            .into_vec()
+            .unwrap_or_default();
+        let vocab = t.vocab_size();
+        Ok(masks
+            .into_iter()
+            .map(|position| {
+                let row = &probs[position * vocab..(position + 1) * vocab];
+                let mut order: Vec<usize> = (0..vocab).collect();
+                order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+                MaskPrediction {
+                    position,
+                    candidates: order[..top_k.min(vocab)]
+                        .iter()
+                        .map(|&id| (t.token(id as u32), f64::from(row[id])))
+                        .collect(),
+                }
+            })
+            .collect())
+    }
+
+    /// Held-out loss, accuracy and perplexity: on the run's own held-out split, or on every
+    /// document of `corpus` when given.
+    ///
+    /// # Errors
+    /// Corpus errors naming the file; masker errors.
+    pub fn evaluate(
+        &self,
+        corpus: Option<&Path>,
+        device: &B::Device,
+    ) -> Result<EvalMetrics, TrainError> {
+        let sequences = match corpus {
+            Some(path) => data::pack(
+                &data::read_corpus(path)?,
+                &self.tokenizer,
+                self.config.max_seq_len,
+            )?,
+            None => {
+                let documents = data::read_corpus(&self.config.corpus)?;
+                let (_, held_out) = data::split_held_out(documents, self.config.held_out_every);
+                data::pack(&held_out, &self.tokenizer, self.config.max_seq_len)?
+            }
+        };
+        evaluate(
+            &self.model,
+            &sequences,
+            &self.tokenizer,
+            &self.config,
+            device,
+        )
+    }
+}

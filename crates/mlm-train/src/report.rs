@@ -1,0 +1,238 @@
+//! What a run leaves for people: `metrics.csv`, `loss_curve.png` and `summary.json`.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{TrainError, io};
+
+/// One row of `metrics.csv`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricsRow {
+    /// Optimizer step.
+    pub step: usize,
+    /// `train` or `valid`.
+    pub split: String,
+    /// Masked-LM loss, nats per masked token (global mean over the step's masked tokens).
+    pub loss: f64,
+    /// Share of masked tokens whose argmax is the original token.
+    pub accuracy: f64,
+    /// `exp(loss)`.
+    pub perplexity: f64,
+    /// Learning rate used at this step.
+    pub learning_rate: f64,
+    /// Real (non-padding) tokens per second of training wall time.
+    pub tokens_per_second: f64,
+    /// Training wall time so far, seconds.
+    pub elapsed_seconds: f64,
+}
+
+const HEADER: &str =
+    "step,split,loss,accuracy,perplexity,learning_rate,tokens_per_second,elapsed_seconds";
+
+impl MetricsRow {
+    fn to_csv(&self) -> String {
+        format!(
+            "{},{},{:.6},{:.6},{:.4},{:.6e},{:.1},{:.2}",
+            self.step,
+            self.split,
+            self.loss,
+            self.accuracy,
+            self.perplexity,
+            self.learning_rate,
+            self.tokens_per_second,
+            self.elapsed_seconds
+        )
+    }
+
+    fn from_csv(line: &str) -> Option<Self> {
+        let f: Vec<&str> = line.split(',').collect();
+        if f.len() != 8 {
+            return None;
+        }
+        Some(Self {
+            step: f[0].parse().ok()?,
+            split: f[1].to_string(),
+            loss: f[2].parse().ok()?,
+            accuracy: f[3].parse().ok()?,
+            perplexity: f[4].parse().ok()?,
+            learning_rate: f[5].parse().ok()?,
+            tokens_per_second: f[6].parse().ok()?,
+            elapsed_seconds: f[7].parse().ok()?,
+        })
+    }
+}
+
+/// `metrics.csv`, appended row by row and flushed, so a crash loses at most one row.
+pub struct MetricsLog {
+    path: PathBuf,
+    file: File,
+    rows: Vec<MetricsRow>,
+}
+
+impl MetricsLog {
+    /// Opens the log of `run_dir`, keeping only the rows up to `keep_until_step` (0 for a
+    /// new run): a resumed run continues the metrics from its checkpoint.
+    ///
+    /// # Errors
+    /// [`TrainError::Io`] naming the file.
+    pub fn open(run_dir: &Path, keep_until_step: usize) -> Result<Self, TrainError> {
+        let path = run_dir.join("metrics.csv");
+        let rows: Vec<MetricsRow> = if keep_until_step > 0 {
+            read_metrics(&path)?
+                .into_iter()
+                .filter(|row| row.step <= keep_until_step)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut file = File::create(&path).map_err(io(&path))?;
+        let mut text = format!("{HEADER}\n");
+        for row in &rows {
+            text.push_str(&row.to_csv());
+            text.push('\n');
+        }
+        file.write_all(text.as_bytes()).map_err(io(&path))?;
+        Ok(Self { path, file, rows })
+    }
+
+    /// Appends one row.
+    ///
+    /// # Errors
+    /// [`TrainError::Io`] naming the file.
+    pub fn push(&mut self, row: MetricsRow) -> Result<(), TrainError> {
+        writeln!(self.file, "{}", row.to_csv()).map_err(io(&self.path))?;
+        self.file.flush().map_err(io(&self.path))?;
+        self.rows.push(row);
+        Ok(())
+    }
+
+    /// All rows so far.
+    pub fn rows(&self) -> &[MetricsRow] {
+        &self.rows
+    }
+}
+
+/// Reads a `metrics.csv`.
+///
+/// # Errors
+/// [`TrainError::Io`] if it cannot be read; [`TrainError::Checkpoint`] for a malformed row.
+pub fn read_metrics(path: &Path) -> Result<Vec<MetricsRow>, TrainError> {
+    let file = File::open(path).map_err(io(path))?;
+    let mut rows = Vec::new();
+    for (n, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(io(path))?;
+        if n == 0 || line.is_empty() {
+            continue;
+        }
+        rows.push(
+            MetricsRow::from_csv(&line).ok_or_else(|| TrainError::Checkpoint {
+                path: path.to_path_buf(),
+                reason: format!("line {} is not a metrics row: {line:?}", n + 1),
+            })?,
+        );
+    }
+    Ok(rows)
+}
+
+/// Draws training and validation loss against step, with the unigram baseline, as a PNG.
+///
+/// # Errors
+/// [`TrainError::Plot`] naming the file.
+pub fn plot_loss_curve(
+    rows: &[MetricsRow],
+    unigram_entropy: f64,
+    path: &Path,
+) -> Result<(), TrainError> {
+    let fail = |e: &dyn std::fmt::Display| TrainError::Plot {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    // A bundled font: no system font library is needed to label the axes.
+    static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+    let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
+
+    let series = |split: &str| -> Vec<(f64, f64)> {
+        rows.iter()
+            .filter(|r| r.split == split && r.loss.is_finite())
+            .map(|r| (r.step as f64, r.loss))
+            .collect()
+    };
+    let (train, valid) = (series("train"), series("valid"));
+    let max_step = rows.iter().map(|r| r.step).max().unwrap_or(1).max(1) as f64;
+    let max_loss = train
+        .iter()
+        .chain(&valid)
+        .map(|p| p.1)
+        .fold(unigram_entropy, f64::max)
+        * 1.05;
+
+    let root = BitMapBackend::new(path, (1000, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("Masked-LM loss", ("sans-serif", 28))
+        .margin(20)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..max_step, 0.0..max_loss)
+        .map_err(|e| fail(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("optimizer step")
+        .y_desc("loss (nats per masked token)")
+        .label_style(("sans-serif", 16))
+        .draw()
+        .map_err(|e| fail(&e))?;
+    let baseline = [(0.0, unigram_entropy), (max_step, unigram_entropy)];
+    for (points, colour, label) in [
+        (train, BLUE.mix(0.6), "train"),
+        (valid, RED.mix(1.0), "validation"),
+        (baseline.to_vec(), BLACK.mix(0.5), "unigram baseline"),
+    ] {
+        chart
+            .draw_series(LineSeries::new(points, colour.stroke_width(2)))
+            .map_err(|e| fail(&e))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], colour.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 16))
+        .draw()
+        .map_err(|e| fail(&e))?;
+    root.present().map_err(|e| fail(&e))
+}
+
+/// `summary.json`: the run's result next to its baselines.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Held-out masked-LM loss at the end, nats per masked token.
+    pub final_valid_loss: f64,
+    /// Held-out masked-LM accuracy at the end.
+    pub valid_accuracy: f64,
+    /// Held-out perplexity, `exp(final_valid_loss)`.
+    pub valid_perplexity: f64,
+    /// Entropy of the training tokens' unigram distribution (nats): a context-free model's loss.
+    pub unigram_entropy: f64,
+    /// `unigram_entropy - final_valid_loss`, nats gained from context.
+    pub gain_over_unigram: f64,
+    /// Accuracy of always predicting the most frequent token.
+    pub most_frequent_token_accuracy: f64,
+    /// Mean training throughput, real tokens per second.
+    pub tokens_per_second: f64,
+    /// Training wall time, seconds (summed over resumed sessions).
+    pub wall_time_seconds: f64,
+    /// Optimizer steps done.
+    pub steps: usize,
+    /// Trainable parameters.
+    pub parameters: usize,
+    /// Backend name (`ndarray`, `wgpu`).
+    pub backend: String,
+    /// The device the backend ran on, in words.
+    pub adapter: String,
+}

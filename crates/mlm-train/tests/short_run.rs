@@ -1,0 +1,156 @@
+//! A short real run on Moby Dick chapters 1–8 (`tests/fixtures/corpus`): the loss falls,
+//! every output file exists and parses, and `resume` from the step-20 checkpoint continues
+//! at step 21 with the same losses as the uninterrupted run.
+
+use std::path::{Path, PathBuf};
+
+use burn::backend::{Autodiff, NdArray};
+use mlm_train::checkpoint;
+use mlm_train::data::WordPieceTokenizer;
+use mlm_train::predict::TrainedRun;
+use mlm_train::report::{MetricsRow, Summary, read_metrics};
+use mlm_train::train::{RunDir, TrainConfig, resume, train};
+use mlm_train::{BertConfig, TrainError};
+
+type B = Autodiff<NdArray>;
+
+fn corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/corpus")
+}
+
+fn tiny_config() -> TrainConfig {
+    TrainConfig::new(corpus())
+        .with_model(
+            BertConfig::new(0)
+                .with_hidden_size(32)
+                .with_num_hidden_layers(1)
+                .with_num_attention_heads(2)
+                .with_intermediate_size(64)
+                .with_max_position_embeddings(64),
+        )
+        .with_vocab_size(1000)
+        .with_max_seq_len(64)
+        .with_batch_size(16)
+        .with_grad_accumulation(2)
+        .with_learning_rate(5e-3)
+        .with_warmup_steps(5)
+        .with_max_steps(30)
+        .with_eval_every(10)
+        .with_checkpoint_every(10)
+}
+
+fn train_losses(rows: &[MetricsRow]) -> Vec<(usize, f64)> {
+    rows.iter()
+        .filter(|r| r.split == "train")
+        .map(|r| (r.step, r.loss))
+        .collect()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let target = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_dir(&path, &target);
+        } else {
+            std::fs::copy(&path, &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn short_run_learns_writes_every_file_and_resumes_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let device = Default::default();
+    let summary = train::<B>(tiny_config(), &run, &device, "ndarray").unwrap();
+
+    // Every output file exists and parses.
+    let dir = RunDir(run.clone());
+    let config = dir.load_config().unwrap();
+    assert_eq!(
+        config.model.vocab_size, 1000,
+        "vocab size taken from the tokenizer"
+    );
+    assert_eq!(
+        WordPieceTokenizer::from_file(&dir.tokenizer())
+            .unwrap()
+            .vocab_size(),
+        1000
+    );
+    let rows = read_metrics(&run.join("metrics.csv")).unwrap();
+    let losses = train_losses(&rows);
+    assert_eq!(
+        losses.iter().map(|r| r.0).collect::<Vec<_>>(),
+        (1..=30).collect::<Vec<_>>()
+    );
+    let valid_steps: Vec<usize> = rows
+        .iter()
+        .filter(|r| r.split == "valid")
+        .map(|r| r.step)
+        .collect();
+    assert_eq!(valid_steps, [10, 20, 30]);
+    let png = std::fs::read(run.join("loss_curve.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let saved: Summary =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(saved, summary);
+    assert_eq!(summary.steps, 30);
+    assert!(summary.unigram_entropy > 4.0 && summary.final_valid_loss.is_finite());
+    let checkpoints = checkpoint::list(&run).unwrap();
+    assert_eq!(
+        checkpoints,
+        [
+            checkpoint::checkpoint_dir(&run, 20),
+            checkpoint::checkpoint_dir(&run, 30)
+        ]
+    );
+
+    // The loss falls: the last five steps average well below the first five.
+    let mean = |r: &[(usize, f64)]| r.iter().map(|x| x.1).sum::<f64>() / r.len() as f64;
+    let (first, last) = (mean(&losses[..5]), mean(&losses[25..]));
+    assert!(last < first - 0.5, "loss {first:.3} → {last:.3}");
+
+    // Resume from step 20 (as if the run had died after that checkpoint): it continues at
+    // step 21 with the uninterrupted run's losses, and the metrics continue from step 20.
+    let interrupted = tmp.path().join("interrupted");
+    copy_dir(&run, &interrupted);
+    std::fs::remove_dir_all(checkpoint::checkpoint_dir(&interrupted, 30)).unwrap();
+    let resumed = resume::<B>(&interrupted, None, &device, "ndarray").unwrap();
+    let resumed_losses = train_losses(&read_metrics(&interrupted.join("metrics.csv")).unwrap());
+    assert_eq!(
+        resumed_losses.len(),
+        30,
+        "rows 1–20 kept, 21–30 written once"
+    );
+    for ((step, a), (_, b)) in losses.iter().zip(&resumed_losses).skip(20) {
+        assert!(
+            (a - b).abs() <= 1e-5 * a.abs(),
+            "step {step}: {a} uninterrupted vs {b} resumed"
+        );
+    }
+    assert!((resumed.final_valid_loss - summary.final_valid_loss).abs() < 1e-4);
+
+    // The result is usable: fill-mask and evaluation load the newest checkpoint.
+    let trained = TrainedRun::<NdArray>::load(&run, &Default::default()).unwrap();
+    let predictions = trained
+        .fill_mask(
+            "Call me [MASK]. It is a way I have.",
+            3,
+            &Default::default(),
+        )
+        .unwrap();
+    assert_eq!(predictions.len(), 1);
+    assert_eq!(predictions[0].position, 3);
+    let total: f64 = predictions[0].candidates.iter().map(|c| c.1).sum();
+    assert!(total > 0.0 && total <= 1.0 + 1e-6);
+    let eval = trained.evaluate(None, &Default::default()).unwrap();
+    assert!((eval.loss - summary.final_valid_loss).abs() < 1e-4);
+
+    // A second `train` into the same directory is refused rather than overwriting it.
+    assert!(matches!(
+        train::<B>(tiny_config(), &run, &device, "ndarray"),
+        Err(TrainError::Config(_))
+    ));
+}
