@@ -125,10 +125,26 @@ pub fn load_model<B: Backend>(
     config: &BertConfig,
     device: &B::Device,
 ) -> Result<BertForMaskedLm<B>, TrainError> {
-    config
+    let file = dir.join("model.mpk");
+    let model = config
         .init::<B>(device)
         .load_file(dir.join("model"), &recorder(), device)
-        .map_err(|e| checkpoint_error(&dir.join("model.mpk"), e))
+        .map_err(|e| checkpoint_error(&file, format!("cannot be read: {e}")))?;
+    // Burn loads tensors of any shape: check them against the run's config.json.
+    let expected = [config.vocab_size, config.hidden_size];
+    let found = model.embeddings.word_embeddings.weight.dims();
+    let positions = model.embeddings.position_embeddings.weight.dims()[0];
+    if found != expected || positions != config.max_position_embeddings {
+        return Err(checkpoint_error(
+            &file,
+            format!(
+                "holds word embeddings {found:?} and {positions} positions, but config.json says \
+                 [vocab_size, hidden_size] = {expected:?} and {} positions",
+                config.max_position_embeddings
+            ),
+        ));
+    }
+    Ok(model)
 }
 
 /// Loads the optimizer state and run state of a checkpoint folder into `optimizer`.

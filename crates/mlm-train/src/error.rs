@@ -37,6 +37,9 @@ pub enum TrainError {
         /// What went wrong.
         reason: String,
     },
+    /// A user input (e.g. a fill-mask text) cannot be used.
+    #[error("{0}")]
+    InvalidInput(String),
     /// A configuration is inconsistent.
     #[error("invalid configuration: {0}")]
     Config(String),

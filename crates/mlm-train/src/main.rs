@@ -70,7 +70,8 @@ struct TrainArgs {
     /// Run directory: config.json, tokenizer.json, metrics.csv, checkpoints/, loss_curve.png, summary.json.
     #[arg(long, default_value = "runs/tiny-bert")]
     run: PathBuf,
-    /// Continue the run in DIR from its newest checkpoint (its saved configuration applies).
+    /// Continue the run in DIR from its newest checkpoint. Its saved configuration applies;
+    /// of the flags below only --max-steps and --backend are read.
     #[arg(long, value_name = "DIR", conflicts_with = "run")]
     resume: Option<PathBuf>,
     /// Backend.
@@ -187,12 +188,14 @@ fn run(cli: Cli) -> Result<(), TrainError> {
                 }
             })?;
             let run = args.resume.as_ref().unwrap_or(&args.run);
+            let gain = summary.gain_over_unigram;
             println!(
-                "held-out loss {:.4} nats (unigram baseline {:.4}, {:.2} below), accuracy {:.1} % \
+                "held-out loss {:.4} nats (unigram baseline {:.4}: {:.2} nats {}), accuracy {:.1} % \
                  (most-frequent-token baseline {:.1} %), perplexity {:.1}; {:.0} tokens/s, {:.0} s",
                 summary.final_valid_loss,
                 summary.unigram_entropy,
-                summary.gain_over_unigram,
+                gain.abs(),
+                if gain >= 0.0 { "below" } else { "above" },
                 100.0 * summary.valid_accuracy,
                 100.0 * summary.most_frequent_token_accuracy,
                 summary.valid_perplexity,

@@ -72,6 +72,17 @@ impl BertConfig {
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be positive"));
         }
+        for (name, p) in [
+            ("hidden_dropout_prob", self.hidden_dropout_prob),
+            (
+                "attention_probs_dropout_prob",
+                self.attention_probs_dropout_prob,
+            ),
+        ] {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!("{name} = {p} is not a probability in [0, 1]"));
+            }
+        }
         if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(format!(
                 "hidden_size ({}) is not divisible by num_attention_heads ({})",

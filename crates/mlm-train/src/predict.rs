@@ -52,7 +52,7 @@ impl<B: Backend> TrainedRun<B> {
     /// The `top_k` most probable tokens for each `[MASK]` in `text`.
     ///
     /// # Errors
-    /// [`TrainError::Config`] if `text` has no `[MASK]` or is longer than the position table.
+    /// [`TrainError::InvalidInput`] if `text` has no `[MASK]` or is longer than the position table.
     pub fn fill_mask(
         &self,
         text: &str,
@@ -65,14 +65,14 @@ impl<B: Backend> TrainedRun<B> {
         ids.push(t.sep_id);
         let max = self.config.model.max_position_embeddings;
         if ids.len() > max {
-            return Err(TrainError::Config(format!(
+            return Err(TrainError::InvalidInput(format!(
                 "the text is {} tokens with [CLS] and [SEP], longer than the model's {max} positions",
                 ids.len()
             )));
         }
         let masks: Vec<usize> = (0..ids.len()).filter(|&i| ids[i] == t.mask_id).collect();
         if masks.is_empty() {
-            return Err(TrainError::Config(format!("no [MASK] in {text:?}")));
+            return Err(TrainError::InvalidInput(format!("no [MASK] in {text:?}")));
         }
         let seq = ids.len();
         let input: Vec<i64> = ids.iter().map(|&id| i64::from(id)).collect();

@@ -85,6 +85,71 @@ pub struct TrainConfig {
     pub max_eval_sequences: usize,
 }
 
+impl TrainConfig {
+    /// Checks every setting before anything is written, so a bad flag never leaves a
+    /// half-made run directory behind.
+    ///
+    /// # Errors
+    /// [`TrainError::Config`] naming the setting.
+    pub fn validate(&self) -> Result<(), TrainError> {
+        let bad = |message: String| Err(TrainError::Config(message));
+        for (name, value) in [
+            ("batch_size", self.batch_size),
+            ("grad_accumulation", self.grad_accumulation),
+            ("max_steps", self.max_steps),
+            ("eval_every", self.eval_every),
+            ("checkpoint_every", self.checkpoint_every),
+            ("held_out_every", self.held_out_every),
+            ("max_eval_sequences", self.max_eval_sequences),
+        ] {
+            if value == 0 {
+                return bad(format!("{name} must be at least 1"));
+            }
+        }
+        if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {
+            return bad(format!(
+                "learning_rate = {} must be a positive number",
+                self.learning_rate
+            ));
+        }
+        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
+            return bad(format!(
+                "weight_decay = {} must be a number >= 0",
+                self.weight_decay
+            ));
+        }
+        if !(self.max_grad_norm.is_finite() && self.max_grad_norm > 0.0) {
+            return bad(format!(
+                "max_grad_norm = {} must be a positive number",
+                self.max_grad_norm
+            ));
+        }
+        if !(self.mlm_probability > 0.0 && self.mlm_probability <= 1.0) {
+            return bad(format!(
+                "mlm_probability = {} must be in (0, 1]",
+                self.mlm_probability
+            ));
+        }
+        if self.tokenizer.is_none() && self.vocab_size <= data::SPECIAL_TOKENS.len() {
+            return bad(format!(
+                "vocab_size = {} leaves no room beside the {} special tokens",
+                self.vocab_size,
+                data::SPECIAL_TOKENS.len()
+            ));
+        }
+        if self.max_seq_len < 3 || self.max_seq_len > self.model.max_position_embeddings {
+            return bad(format!(
+                "max_seq_len = {} must be in [3, max_position_embeddings = {}]",
+                self.max_seq_len, self.model.max_position_embeddings
+            ));
+        }
+        // The vocabulary size comes from the tokenizer; check the other sizes now.
+        let mut model = self.model.clone();
+        model.vocab_size = model.vocab_size.max(1);
+        model.validate().map_err(TrainError::Config)
+    }
+}
+
 /// Held-out metrics.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EvalMetrics {
@@ -145,6 +210,10 @@ pub fn train<B: AutodiffBackend>(
     device: &B::Device,
     backend: &str,
 ) -> Result<Summary, TrainError> {
+    config.validate()?;
+    // An absolute corpus path, so the run resumes and evaluates from any directory.
+    config.corpus = std::fs::canonicalize(&config.corpus)
+        .map_err(|_| TrainError::CorpusNotFound(config.corpus.clone()))?;
     let dir = RunDir(run_dir.to_path_buf());
     if dir.config().exists() {
         return Err(TrainError::Config(format!(
@@ -161,13 +230,6 @@ pub fn train<B: AutodiffBackend>(
     let prepared = prepare_data(&config, tokenizer)?;
     prepared.tokenizer.save(&dir.tokenizer())?;
     config.model.vocab_size = prepared.tokenizer.vocab_size();
-    config.model.validate().map_err(TrainError::Config)?;
-    if config.max_seq_len > config.model.max_position_embeddings {
-        return Err(TrainError::Config(format!(
-            "max_seq_len ({}) exceeds the position table (max_position_embeddings = {})",
-            config.max_seq_len, config.model.max_position_embeddings
-        )));
-    }
     write_json(&dir.config(), &config)?;
     run::<B>(&config, run_dir, prepared, None, device, backend)
 }
@@ -185,13 +247,22 @@ pub fn resume<B: AutodiffBackend>(
 ) -> Result<Summary, TrainError> {
     let dir = RunDir(run_dir.to_path_buf());
     let mut config = dir.load_config()?;
-    if let Some(max_steps) = max_steps {
-        config.max_steps = max_steps;
-        write_json(&dir.config(), &config)?;
+    let from = checkpoint::latest(run_dir)?;
+    let done: RunState = read_json(&from.join("state.json"))?;
+    config.max_steps = max_steps.unwrap_or(config.max_steps);
+    config.validate()?;
+    if done.step >= config.max_steps {
+        return Err(TrainError::Config(format!(
+            "{} is already at step {} of max_steps {}: pass a larger --max-steps to continue",
+            run_dir.display(),
+            done.step,
+            config.max_steps
+        )));
     }
     let tokenizer = WordPieceTokenizer::from_file(&dir.tokenizer())?;
     let prepared = prepare_data(&config, Some(tokenizer))?;
-    let from = checkpoint::latest(run_dir)?;
+    // Written only once the resume can go ahead.
+    write_json(&dir.config(), &config)?;
     run::<B>(&config, run_dir, prepared, Some(from), device, backend)
 }
 

@@ -148,9 +148,45 @@ fn short_run_learns_writes_every_file_and_resumes_exactly() {
     let eval = trained.evaluate(None, &Default::default()).unwrap();
     assert!((eval.loss - summary.final_valid_loss).abs() < 1e-4);
 
+    // Resuming a finished run to a step it has passed is refused, and config.json is kept.
+    let before = std::fs::read_to_string(dir.config()).unwrap();
+    assert!(matches!(
+        resume::<B>(&run, Some(25), &device, "ndarray").unwrap_err(),
+        TrainError::Config(_)
+    ));
+    assert_eq!(std::fs::read_to_string(dir.config()).unwrap(), before);
+
     // A second `train` into the same directory is refused rather than overwriting it.
     assert!(matches!(
         train::<B>(tiny_config(), &run, &device, "ndarray"),
         Err(TrainError::Config(_))
+    ));
+}
+
+#[test]
+fn bad_settings_are_refused_before_anything_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let device = Default::default();
+    let cases = [
+        tiny_config().with_batch_size(0),
+        tiny_config().with_grad_accumulation(0),
+        tiny_config().with_max_steps(0),
+        tiny_config().with_learning_rate(f64::NAN),
+        tiny_config().with_learning_rate(-1.0),
+        tiny_config().with_vocab_size(3),
+        tiny_config().with_max_seq_len(65),
+        tiny_config().with_model(BertConfig::new(0).with_hidden_dropout_prob(1.5)),
+    ];
+    for (i, config) in cases.into_iter().enumerate() {
+        let run = tmp.path().join(format!("run{i}"));
+        let err = train::<B>(config, &run, &device, "ndarray").unwrap_err();
+        assert!(matches!(err, TrainError::Config(_)), "case {i}: {err}");
+        assert!(!run.exists(), "case {i} left {} behind", run.display());
+    }
+    let mut missing = tiny_config();
+    missing.corpus = tmp.path().join("nowhere");
+    assert!(matches!(
+        train::<B>(missing, &tmp.path().join("r"), &device, "ndarray").unwrap_err(),
+        TrainError::CorpusNotFound(_)
     ));
 }

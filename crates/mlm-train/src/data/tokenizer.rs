@@ -85,19 +85,13 @@ impl WordPieceTokenizer {
                 .map_err(|e| fail(e.to_string()))?;
             bert_pipeline(model)
         } else {
-            Tokenizer::from_file(path).map_err(|e| fail(e.to_string()))?
+            Tokenizer::from_file(path)
+                .map_err(|e| fail(format!("not a tokenizer.json (nor a vocab.txt): {e}")))?
         };
         Self::new(tokenizer, path)
     }
 
     fn new(mut inner: Tokenizer, path: &Path) -> Result<Self, TrainError> {
-        // Match the specials (a literal "[MASK]" in a prompt) before normalisation.
-        inner.add_special_tokens(
-            &SPECIAL_TOKENS
-                .iter()
-                .map(|t| AddedToken::from(*t, true))
-                .collect::<Vec<_>>(),
-        );
         let id = |token: &str| {
             inner
                 .token_to_id(token)
@@ -113,6 +107,14 @@ impl WordPieceTokenizer {
             id(SPECIAL_TOKENS[3])?,
             id(SPECIAL_TOKENS[4])?,
         ];
+        // Match the specials (a literal "[MASK]" in a prompt) before normalisation; they
+        // are in the vocabulary already (checked above), so no id changes.
+        inner.add_special_tokens(
+            &SPECIAL_TOKENS
+                .iter()
+                .map(|t| AddedToken::from(*t, true))
+                .collect::<Vec<_>>(),
+        );
         let mut special_ids: Vec<u32> = inner
             .get_vocab(true)
             .into_iter()
