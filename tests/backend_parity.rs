@@ -27,3 +27,66 @@ fn wgpu_matches_ndarray_on_every_reference_case() {
         assert_close(&format!("{name} grad"), &gpu.grad, &cpu.grad, 1e-4, 1e-4);
     }
 }
+
+/// The first training step's loss of a BERT initialised from the same seed, on the same
+/// masked batch, agrees between wgpu and ndarray within 1e-3.
+///
+/// Known to fail today (ndarray 5.7577467 vs wgpu 5.755367, Δ 2.4e-3): kept as the check
+/// issue 3 asks for, run with `cargo test --test backend_parity -- --ignored`.
+#[test]
+#[ignore = "wgpu's first-step loss is 2.4e-3 off ndarray's; open in issue 3"]
+fn first_step_loss_agrees_between_backends() {
+    use burn::tensor::backend::AutodiffBackend;
+    use mlm_core::{MaskingConfig, masked_cross_entropy_with_labels};
+    use mlm_train::BertConfig;
+    use mlm_train::data::make_batch;
+    use mlm_train::train::init_model;
+
+    fn first_loss<B: AutodiffBackend>(device: &B::Device) -> f32 {
+        let config = BertConfig::new(300)
+            .with_hidden_size(32)
+            .with_num_attention_heads(2)
+            .with_intermediate_size(64)
+            .with_max_position_embeddings(32);
+        let model = init_model::<B>(&config, 42, device);
+        // Two sequences of different lengths: [CLS]=2 … [SEP]=3, padding 0, [MASK]=4.
+        let sequences: Vec<Vec<u32>> = vec![
+            std::iter::once(2)
+                .chain((0..20).map(|i| 5 + (i * 37) % 290))
+                .chain([3])
+                .collect(),
+            std::iter::once(2)
+                .chain((0..11).map(|i| 5 + (i * 53) % 290))
+                .chain([3])
+                .collect(),
+        ];
+        let chunk: Vec<&[u32]> = sequences.iter().map(Vec::as_slice).collect();
+        let mut masker = MaskingConfig::new(300, 4, vec![0, 1, 2, 3, 4])
+            .with_mlm_probability(0.3)
+            .init()
+            .unwrap();
+        let batch = make_batch::<B>(&chunk, &mut masker, 0, device).unwrap();
+        let logits = model
+            .forward_masked(
+                batch.input_ids,
+                batch.token_type_ids,
+                batch.padding_mask,
+                batch.masked_positions,
+            )
+            .unwrap();
+        let out = masked_cross_entropy_with_labels(logits, batch.masked_targets).unwrap();
+        out.loss
+            .into_data()
+            .convert::<f32>()
+            .into_vec::<f32>()
+            .unwrap()[0]
+    }
+
+    let cpu = first_loss::<Autodiff<NdArray>>(&Default::default());
+    let gpu = first_loss::<Autodiff<Wgpu>>(&Default::default());
+    assert!(
+        cpu > 5.0 && cpu < 6.5,
+        "an untrained model is near ln 300 = 5.70: {cpu}"
+    );
+    assert!((cpu - gpu).abs() < 1e-3, "ndarray {cpu} vs wgpu {gpu}");
+}
