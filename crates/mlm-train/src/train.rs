@@ -494,6 +494,8 @@ fn run<B: AutodiffBackend>(
     let elapsed_before = state.elapsed_seconds;
     let tokens_before = state.tokens_seen;
     let mut final_eval = None;
+    // The current epoch's sequence order, recomputed when the epoch changes.
+    let mut order: (Option<u64>, Vec<usize>) = (None, Vec::new());
 
     for step in state.step + 1..=config.max_steps {
         // Dropout draws from the backend's generator: seed it per step so a resumed run
@@ -506,9 +508,16 @@ fn run<B: AutodiffBackend>(
         let batches: Vec<MlmBatch<B>> = (0..config.grad_accumulation)
             .map(|micro| {
                 let k = ((step - 1) * config.grad_accumulation + micro) as u64;
-                let order = epoch_order(sequences.len(), config.seed, k / batches_per_epoch as u64);
+                let epoch = k / batches_per_epoch as u64;
+                // Shuffle once per epoch, not once per micro-batch.
+                if order.0 != Some(epoch) {
+                    order = (
+                        Some(epoch),
+                        epoch_order(sequences.len(), config.seed, epoch),
+                    );
+                }
                 let start = (k % batches_per_epoch as u64) as usize * config.batch_size;
-                let chunk: Vec<&[u32]> = order[start..start + config.batch_size]
+                let chunk: Vec<&[u32]> = order.1[start..start + config.batch_size]
                     .iter()
                     .map(|&i| sequences[i].as_slice())
                     .collect();
