@@ -95,9 +95,13 @@ impl MlmHeadConfig {
             self.vocab_size
         );
         let transform = self.transform.then(|| MlmHeadTransform {
-            dense: LinearConfig::new(self.d_model, self.d_model)
-                .with_initializer(self.initializer.clone())
-                .init(device),
+            dense: Linear {
+                // BERT's biases start at 0; burn's `Linear` would draw them from `initializer`.
+                bias: Some(Initializer::Zeros.init([self.d_model], device)),
+                ..LinearConfig::new(self.d_model, self.d_model)
+                    .with_initializer(self.initializer.clone())
+                    .init(device)
+            },
             layer_norm: LayerNormConfig::new(self.d_model)
                 .with_epsilon(self.layer_norm_eps)
                 .init(device),

@@ -104,8 +104,10 @@ impl BertConfig {
             mean: 0.0,
             std: self.initializer_range,
         };
-        let linear = |d_in, d_out| {
-            LinearConfig::new(d_in, d_out)
+        let linear = |d_in, d_out| Linear {
+            // BERT's biases start at 0; burn's `Linear` would draw them from `normal`.
+            bias: Some(Initializer::Zeros.init([d_out], device)),
+            ..LinearConfig::new(d_in, d_out)
                 .with_initializer(normal.clone())
                 .init(device)
         };

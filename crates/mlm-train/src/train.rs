@@ -21,7 +21,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use crate::checkpoint::{self, RunState};
-use crate::data::{self, MlmBatch, WordPieceTokenizer, epoch_order, make_batch};
+use crate::data::{self, MlmBatch, WordPieceTokenizer, epoch_order, make_batch, make_shards};
 use crate::error::{TrainError, io, read_json, write_json};
 use crate::model::{BertConfig, BertForMaskedLm};
 use crate::report::{MetricsLog, MetricsRow, Summary, plot_loss_curve};
@@ -49,6 +49,11 @@ pub struct TrainConfig {
     /// Micro-batches per optimizer step.
     #[config(default = 1)]
     pub grad_accumulation: usize,
+    /// Each micro-batch is split into this many shards, whose forward and backward passes
+    /// run on their own threads (data parallelism on one device). Part of the run's
+    /// definition: the numbers depend on it, not on the machine's core count.
+    #[config(default = 2)]
+    pub parallel_shards: usize,
     /// Peak learning rate.
     #[config(default = 2e-3)]
     pub learning_rate: f64,
@@ -96,6 +101,7 @@ impl TrainConfig {
         for (name, value) in [
             ("batch_size", self.batch_size),
             ("grad_accumulation", self.grad_accumulation),
+            ("parallel_shards", self.parallel_shards),
             ("max_steps", self.max_steps),
             ("eval_every", self.eval_every),
             ("checkpoint_every", self.checkpoint_every),
@@ -385,7 +391,8 @@ pub fn evaluate<B: Backend>(
     })
 }
 
-fn forward_loss<B: Backend>(
+/// Masked-LM loss of `model` on `batch` (logits at the masked positions only).
+pub(crate) fn forward_loss<B: Backend>(
     model: &BertForMaskedLm<B>,
     batch: MlmBatch<B>,
     loss_fn: &MaskedCrossEntropy,
@@ -397,6 +404,63 @@ fn forward_loss<B: Backend>(
         batch.masked_positions,
     )?;
     Ok(loss_fn.forward_labels(logits, batch.masked_targets)?)
+}
+
+/// One shard's share of an optimizer step.
+struct ShardGradients {
+    grads: GradientsParams,
+    loss_sum: f64,
+    n_correct: usize,
+}
+
+/// Gradients of the shards of one optimizer step, each shard's summed loss divided by the
+/// step's global masked count `n_masked`, so that they add up to the gradient of the mean.
+///
+/// With `parallel`, each shard runs on its own thread against a replica of `model` whose
+/// parameters are fresh autodiff leaves with the same values and parameter ids: burn's
+/// autodiff locks per graph, so independent graphs run backward at the same time, and the
+/// gradients add up by parameter id. Without it (dropout draws from the backend's one
+/// generator, whose order threads would scramble) the shards run one after another; the
+/// numbers are the same either way.
+fn shard_gradients<B: AutodiffBackend>(
+    model: &BertForMaskedLm<B>,
+    batches: Vec<MlmBatch<B>>,
+    loss_fn: &MaskedCrossEntropy,
+    n_masked: usize,
+    parallel: bool,
+) -> Result<Vec<ShardGradients>, TrainError> {
+    struct FreshLeaves;
+    impl<B: AutodiffBackend> ModuleMapper<B> for FreshLeaves {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+            param.map(|tensor| tensor.detach().require_grad())
+        }
+    }
+    let run = |replica: &BertForMaskedLm<B>, batch| -> Result<ShardGradients, TrainError> {
+        let out = forward_loss(replica, batch, loss_fn)?;
+        let loss_sum = f64::from(out.loss_sum.clone().into_scalar().elem::<f32>());
+        let grads = (out.loss_sum / n_masked.max(1) as f64).backward();
+        Ok(ShardGradients {
+            grads: GradientsParams::from_grads(grads, replica),
+            loss_sum,
+            n_correct: out.n_correct,
+        })
+    };
+    if !parallel || batches.len() == 1 {
+        return batches.into_iter().map(|batch| run(model, batch)).collect();
+    }
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = batches
+            .into_iter()
+            .map(|batch| {
+                let replica = model.clone().map(&mut FreshLeaves);
+                scope.spawn(move || run(&replica, batch))
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|thread| thread.join().expect("a shard's thread panicked"))
+            .collect()
+    })
 }
 
 /// Scales `grads` so that their global L2 norm is at most `max_norm`; returns the norm before.
@@ -522,20 +586,29 @@ fn run<B: AutodiffBackend>(
                     .map(|&i| sequences[i].as_slice())
                     .collect();
                 masker.resume_at(k);
-                make_batch::<B>(&chunk, &mut masker, tokenizer.pad_id, device)
+                make_shards::<B>(
+                    &chunk,
+                    &mut masker,
+                    tokenizer.pad_id,
+                    config.parallel_shards,
+                    device,
+                )
             })
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .flatten()
+            .collect();
         // Normalise by the global masked count: Σ sums ÷ Σ counts, not a mean of means.
         let n_masked: usize = batches.iter().map(|b| b.n_masked).sum();
         let n_tokens: usize = batches.iter().map(|b| b.n_tokens).sum();
         let mut accumulator = GradientsAccumulator::<BertForMaskedLm<B>>::new();
         let (mut loss_sum, mut n_correct) = (0.0, 0);
-        for batch in batches {
-            let out = forward_loss(&model, batch, &loss_fn)?;
-            n_correct += out.n_correct;
-            loss_sum += f64::from(out.loss_sum.clone().into_scalar().elem::<f32>());
-            let grads = (out.loss_sum / n_masked.max(1) as f64).backward();
-            accumulator.accumulate(&model, GradientsParams::from_grads(grads, &model));
+        let parallel = config.model.hidden_dropout_prob == 0.0
+            && config.model.attention_probs_dropout_prob == 0.0;
+        for shard in shard_gradients(&model, batches, &loss_fn, n_masked, parallel)? {
+            loss_sum += shard.loss_sum;
+            n_correct += shard.n_correct;
+            accumulator.accumulate(&model, shard.grads);
         }
         let loss = loss_sum / n_masked.max(1) as f64;
         if !loss.is_finite() {

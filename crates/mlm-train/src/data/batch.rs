@@ -3,7 +3,7 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
-use mlm_core::Masker;
+use mlm_core::{MaskedBatch, Masker};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -101,10 +101,53 @@ pub fn make_batch<B: Backend>(
     pad_id: u32,
     device: &B::Device,
 ) -> Result<MlmBatch<B>, TrainError> {
+    let mut batches = make_shards(sequences, masker, pad_id, 1, device)?;
+    Ok(batches.pop().expect("one shard"))
+}
+
+/// Masks `sequences` as one batch (the masker's next, so the masks do not depend on
+/// `shards`), then splits it into `shards` batches of consecutive sequences, each padded to
+/// its own longest sequence; fewer if there are fewer sequences than shards.
+///
+/// # Errors
+/// The masker's errors (an id outside its vocabulary).
+pub fn make_shards<B: Backend>(
+    sequences: &[&[u32]],
+    masker: &mut Masker,
+    pad_id: u32,
+    shards: usize,
+    device: &B::Device,
+) -> Result<Vec<MlmBatch<B>>, TrainError> {
     let owned: Vec<Vec<u32>> = sequences.iter().map(|s| s.to_vec()).collect();
     let masked = masker.mask(&owned)?;
-    let batch = owned.len();
-    let seq = owned.iter().map(Vec::len).max().unwrap_or(0);
+    let per_shard = owned.len().div_ceil(shards.max(1)).max(1);
+    Ok((0..owned.len().max(1))
+        .step_by(per_shard)
+        .map(|first| {
+            let rows = first..(first + per_shard).min(owned.len());
+            to_device(&shard(&masked, rows), pad_id, device)
+        })
+        .collect())
+}
+
+/// Sequences `rows` of `masked`, with positions renumbered from the shard's first sequence.
+fn shard(masked: &MaskedBatch, rows: std::ops::Range<usize>) -> MaskedBatch {
+    MaskedBatch {
+        input_ids: masked.input_ids[rows.clone()].to_vec(),
+        labels: masked.labels[rows.clone()].to_vec(),
+        masked_positions: masked
+            .masked_positions
+            .iter()
+            .filter(|(sequence, _)| rows.contains(sequence))
+            .map(|&(sequence, position)| (sequence - rows.start, position))
+            .collect(),
+    }
+}
+
+/// A masked batch as tensors on `device`, padded with `pad_id` to its longest sequence.
+fn to_device<B: Backend>(masked: &MaskedBatch, pad_id: u32, device: &B::Device) -> MlmBatch<B> {
+    let batch = masked.input_ids.len();
+    let seq = masked.input_ids.iter().map(Vec::len).max().unwrap_or(0);
     let mut ids = vec![i64::from(pad_id); batch * seq];
     let mut padding = vec![true; batch * seq];
     for (b, row) in masked.input_ids.iter().enumerate() {
@@ -113,11 +156,11 @@ pub fn make_batch<B: Backend>(
             padding[b * seq + s] = false;
         }
     }
-    let n_tokens = owned.iter().map(Vec::len).sum();
+    let n_tokens = masked.input_ids.iter().map(Vec::len).sum();
     let positions = masked.flat_positions(seq);
     let targets = masked.masked_targets();
     let n_masked = positions.len();
-    Ok(MlmBatch {
+    MlmBatch {
         input_ids: Tensor::from_data(TensorData::new(ids, [batch, seq]), device),
         token_type_ids: Tensor::zeros([batch, seq], device),
         padding_mask: Tensor::from_data(TensorData::new(padding, [batch, seq]), device),
@@ -125,7 +168,7 @@ pub fn make_batch<B: Backend>(
         masked_targets: Tensor::from_data(TensorData::new(targets, [n_masked]), device),
         n_masked,
         n_tokens,
-    })
+    }
 }
 
 /// Unigram statistics of the tokens a masker can select (every non-special token):

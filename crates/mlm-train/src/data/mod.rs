@@ -7,7 +7,7 @@ pub mod tokenizer;
 
 use std::path::Path;
 
-pub use batch::{MlmBatch, epoch_order, make_batch, pack, unigram_baseline};
+pub use batch::{MlmBatch, epoch_order, make_batch, make_shards, pack, unigram_baseline};
 pub use corpus::{CORPUS_PACKAGES, Document, clean, fetch_corpus, read_corpus, split_held_out};
 pub use tokenizer::{SPECIAL_TOKENS, WordPieceTokenizer};
 

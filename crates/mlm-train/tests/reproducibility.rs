@@ -1,0 +1,154 @@
+//! What makes two runs with one seed agree: the initial weights are a function of the seed
+//! alone (not of the backend's generator), and splitting a batch into the shards that run
+//! on parallel threads changes neither the masks nor the loss.
+
+use burn::backend::NdArray;
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Distribution, ElementConversion, Tensor};
+use mlm_core::{MaskingConfig, masked_cross_entropy_with_labels};
+use mlm_train::data::{MlmBatch, make_shards};
+use mlm_train::train::init_model;
+use mlm_train::{BertConfig, BertForMaskedLm};
+
+type B = NdArray;
+
+fn summed_loss(model: &BertForMaskedLm<B>, batch: MlmBatch<B>) -> (f64, usize) {
+    let logits = model
+        .forward_masked(
+            batch.input_ids,
+            batch.token_type_ids,
+            batch.padding_mask,
+            batch.masked_positions,
+        )
+        .unwrap();
+    let out = masked_cross_entropy_with_labels(logits, batch.masked_targets).unwrap();
+    (
+        f64::from(out.loss_sum.into_scalar().elem::<f32>()),
+        out.n_graded,
+    )
+}
+
+#[test]
+fn shards_of_a_batch_sum_to_the_whole_batch() {
+    let device = Default::default();
+    let config = BertConfig::new(50)
+        .with_hidden_size(16)
+        .with_num_hidden_layers(2)
+        .with_intermediate_size(32)
+        .with_max_position_embeddings(24);
+    let model = init_model::<B>(&config, 3, &device);
+    // Six sequences of different lengths, so that the shards pad differently from the whole.
+    let sequences: Vec<Vec<u32>> = (0..6u32)
+        .map(|i| (0..(8 + 3 * i)).map(|j| 5 + (i * 7 + j * 3) % 45).collect())
+        .collect();
+    let chunk: Vec<&[u32]> = sequences.iter().map(Vec::as_slice).collect();
+    let masker = MaskingConfig::new(50, 4, vec![0, 1, 2, 3, 4])
+        .with_mlm_probability(0.3)
+        .with_seed(9)
+        .init()
+        .unwrap();
+
+    let whole = make_shards::<B>(&chunk, &mut masker.clone(), 0, 1, &device).unwrap();
+    let shards = make_shards::<B>(&chunk, &mut masker.clone(), 0, 2, &device).unwrap();
+    assert_eq!((whole.len(), shards.len()), (1, 2));
+    assert_eq!(
+        whole[0].n_masked,
+        shards.iter().map(|s| s.n_masked).sum::<usize>()
+    );
+    assert_eq!(
+        whole[0].n_tokens,
+        shards.iter().map(|s| s.n_tokens).sum::<usize>()
+    );
+
+    let (whole_sum, whole_count) = summed_loss(&model, whole.into_iter().next().unwrap());
+    let (shard_sum, shard_count) = shards
+        .into_iter()
+        .map(|s| summed_loss(&model, s))
+        .fold((0.0, 0), |(a, n), (b, m)| (a + b, n + m));
+    assert_eq!(whole_count, shard_count);
+    assert!(whole_count > 10);
+    let (whole_mean, shard_mean) = (
+        whole_sum / whole_count as f64,
+        shard_sum / shard_count as f64,
+    );
+    assert!(
+        (whole_mean - shard_mean).abs() < 1e-5,
+        "whole batch {whole_mean} vs shards {shard_mean}"
+    );
+}
+
+fn parameters(model: &BertForMaskedLm<B>) -> Vec<Vec<f32>> {
+    struct Collect(Vec<Vec<f32>>);
+    impl ModuleVisitor<B> for Collect {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.0.push(param.val().into_data().to_vec().unwrap());
+        }
+    }
+    let mut collect = Collect(Vec::new());
+    model.visit(&mut collect);
+    collect.0
+}
+
+#[test]
+fn initial_weights_depend_on_the_seed_alone() {
+    let device = Default::default();
+    let config = BertConfig::new(40)
+        .with_hidden_size(8)
+        .with_num_hidden_layers(1)
+        .with_intermediate_size(16)
+        .with_max_position_embeddings(8);
+    let first = parameters(&init_model::<B>(&config, 5, &device));
+    // Move the backend's own generator on: the initial weights must not notice.
+    B::seed(&device, 1234);
+    let _ = Tensor::<B, 1>::random([100], Distribution::Default, &device);
+    let second = parameters(&init_model::<B>(&config, 5, &device));
+    assert_eq!(first, second);
+    assert_ne!(first, parameters(&init_model::<B>(&config, 6, &device)));
+
+    // BERT's initialisation: every bias 0 (the attention query's here), LayerNorm gain 1.
+    let model = init_model::<B>(&config, 5, &device);
+    let query_bias = model.layers[0]
+        .attention
+        .self_attention
+        .query
+        .bias
+        .as_ref()
+        .unwrap();
+    assert!(
+        query_bias
+            .val()
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .all(|&b| b == 0.0)
+    );
+    let head_bias = model
+        .head
+        .transform
+        .as_ref()
+        .unwrap()
+        .dense
+        .bias
+        .as_ref()
+        .unwrap();
+    assert!(
+        head_bias
+            .val()
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .all(|&b| b == 0.0)
+    );
+    let gamma = model
+        .embeddings
+        .layer_norm
+        .gamma
+        .val()
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap();
+    assert!(gamma.iter().all(|&g| g == 1.0));
+}
