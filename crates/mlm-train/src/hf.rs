@@ -98,6 +98,8 @@ pub struct HfBertConfig {
     pub tie_word_embeddings: bool,
     /// Id of the padding token.
     pub pad_token_id: Option<u32>,
+    /// Must be `false`: a decoder attends causally, this encoder does not.
+    pub is_decoder: bool,
 }
 
 impl Default for HfBertConfig {
@@ -121,6 +123,7 @@ impl Default for HfBertConfig {
             position_embedding_type: "absolute".into(),
             tie_word_embeddings: true,
             pad_token_id: Some(0),
+            is_decoder: false,
         }
     }
 }
@@ -151,8 +154,8 @@ impl HfBertConfig {
     /// # Errors
     /// [`TrainError::HfConfig`] naming `path` and the field if the model is not a BERT this
     /// crate computes exactly: another `model_type`, `hidden_act` other than `"gelu"`,
-    /// `position_embedding_type` other than `"absolute"`, an untied decoder, or sizes that
-    /// [`BertConfig::validate`] rejects.
+    /// `position_embedding_type` other than `"absolute"`, a causal decoder, an untied decoder,
+    /// or sizes that [`BertConfig::validate`] rejects.
     pub fn to_bert(&self, path: &Path) -> Result<BertConfig, TrainError> {
         let unsupported = |field: &str, value: &dyn std::fmt::Debug, supported: &str| {
             Err(TrainError::HfConfig {
@@ -171,6 +174,13 @@ impl HfBertConfig {
                 "position_embedding_type",
                 &self.position_embedding_type,
                 "\"absolute\"",
+            );
+        }
+        if self.is_decoder {
+            return unsupported(
+                "is_decoder",
+                &self.is_decoder,
+                "false: a bidirectional encoder",
             );
         }
         if !self.tie_word_embeddings {
@@ -763,6 +773,7 @@ mod tests {
             ("position_embedding_type", json!("relative_key")),
             ("model_type", json!("roberta")),
             ("tie_word_embeddings", json!(false)),
+            ("is_decoder", json!(true)),
             ("num_attention_heads", json!(5)),
         ] {
             let mut raw = serde_json::to_value(HfBertConfig::default()).unwrap();
