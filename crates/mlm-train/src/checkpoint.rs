@@ -56,6 +56,38 @@ pub fn save<B: AutodiffBackend, O: Optimizer<BertForMaskedLm<B>, B>>(
     optimizer: &O,
     state: &RunState,
 ) -> Result<PathBuf, TrainError> {
+    write(run_dir, model, state, |partial| {
+        Recorder::<B>::record(
+            &recorder(),
+            optimizer.to_record(),
+            partial.join("optimizer"),
+        )
+        .map_err(|e| checkpoint_error(&partial.join("optimizer.mpk"), e))
+    })
+}
+
+/// Writes a checkpoint of the model and state only, atomically: one that `predict`, `eval`
+/// and [`load_model`] read, but that a resume rejects for its missing `optimizer.mpk`
+/// (e.g. weights imported from Hugging Face).
+///
+/// # Errors
+/// As [`save`].
+pub fn save_model<B: Backend>(
+    run_dir: &Path,
+    model: &BertForMaskedLm<B>,
+    state: &RunState,
+) -> Result<PathBuf, TrainError> {
+    write(run_dir, model, state, |_| Ok(()))
+}
+
+/// Writes the model, whatever `extra` writes into the partial folder, and the state, as
+/// `.step-N.partial/`; renames it to `step-N/` once complete and prunes old checkpoints.
+fn write<B: Backend>(
+    run_dir: &Path,
+    model: &BertForMaskedLm<B>,
+    state: &RunState,
+    extra: impl FnOnce(&Path) -> Result<(), TrainError>,
+) -> Result<PathBuf, TrainError> {
     let root = run_dir.join("checkpoints");
     let partial = root.join(format!(".step-{:08}.partial", state.step));
     if partial.exists() {
@@ -66,12 +98,7 @@ pub fn save<B: AutodiffBackend, O: Optimizer<BertForMaskedLm<B>, B>>(
         .clone()
         .save_file(partial.join("model"), &recorder())
         .map_err(|e| checkpoint_error(&partial.join("model.mpk"), e))?;
-    Recorder::<B>::record(
-        &recorder(),
-        optimizer.to_record(),
-        partial.join("optimizer"),
-    )
-    .map_err(|e| checkpoint_error(&partial.join("optimizer.mpk"), e))?;
+    extra(&partial)?;
     write_json(&partial.join("state.json"), state)?;
     let done = checkpoint_dir(run_dir, state.step);
     if done.exists() {

@@ -59,6 +59,65 @@ pub enum TrainError {
         /// The offending value.
         loss: f64,
     },
+    /// A Hugging Face `config.json` describes a model this BERT cannot be (another
+    /// `model_type`, `hidden_act` or position embedding, an untied decoder, inconsistent sizes),
+    /// or disagrees with the tokenizer.
+    #[error("Hugging Face config {path}: {reason}")]
+    HfConfig {
+        /// The `config.json` (or the folder holding it).
+        path: PathBuf,
+        /// What is not supported or inconsistent.
+        reason: String,
+    },
+    /// A weights file is not a complete safetensors file (truncated, not safetensors at all).
+    #[error("{path} is not a valid safetensors file: {reason}")]
+    HfFormat {
+        /// The `model.safetensors`.
+        path: PathBuf,
+        /// What the safetensors parser reported.
+        reason: String,
+    },
+    /// A tensor the model needs is not in the weights file.
+    #[error("{path}: tensor {key} is missing")]
+    HfTensorMissing {
+        /// The `model.safetensors`.
+        path: PathBuf,
+        /// The Hugging Face key, e.g. `bert.encoder.layer.0.attention.self.query.weight`.
+        key: String,
+    },
+    /// A tensor has another shape than `config.json` implies.
+    #[error("{path}: tensor {key} has shape {found:?}, but config.json implies {expected:?}")]
+    HfTensorShape {
+        /// The `model.safetensors`.
+        path: PathBuf,
+        /// The Hugging Face key.
+        key: String,
+        /// The shape the configuration implies (PyTorch layout, Linear weights `[out, in]`).
+        expected: Vec<usize>,
+        /// The shape in the file.
+        found: Vec<usize>,
+    },
+    /// A tensor is stored in a dtype other than `F32`.
+    #[error("{path}: tensor {key} is {dtype}; only F32 is supported")]
+    HfDtype {
+        /// The `model.safetensors`.
+        path: PathBuf,
+        /// The Hugging Face key.
+        key: String,
+        /// The dtype in the file, as safetensors names it (`F64`, `F16`, `BF16`, ...).
+        dtype: String,
+    },
+    /// A tensor that this BERT has no place for (e.g. a layer beyond `num_hidden_layers`),
+    /// or a tied copy (`cls.predictions.decoder.*`) that differs from what it is tied to.
+    #[error("{path}: tensor {key}: {reason}")]
+    HfTensorUnexpected {
+        /// The `model.safetensors`.
+        path: PathBuf,
+        /// The Hugging Face key.
+        key: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
     /// The MLM library rejected an input.
     #[error(transparent)]
     Mlm(#[from] mlm_core::MlmError),

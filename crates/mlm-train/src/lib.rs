@@ -8,11 +8,16 @@
 //!   ──Masker (fresh per batch)──▶ batch ──BERT──▶ hidden ──MlmHead (masked rows)──▶ logits
 //!   ──masked cross-entropy──▶ loss ──AdamW, warm-up + linear decay, clip 1.0──▶ checkpoints
 //! ```
+//!
+//! [`hf`] reads and writes Hugging Face `BertForMaskedLM` folders (`config.json`,
+//! `model.safetensors`, tokenizer files), so a run exports to transformers and a
+//! transformers checkpoint imports as a run.
 
 pub mod backend;
 pub mod checkpoint;
 pub mod data;
 pub mod error;
+pub mod hf;
 pub mod model;
 pub mod predict;
 pub mod report;

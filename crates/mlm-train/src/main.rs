@@ -1,4 +1,5 @@
-//! `mlm-train`: pretrain a tiny BERT, fill in masks, evaluate.
+//! `mlm-train`: pretrain a tiny BERT, fill in masks, evaluate, import from and export to
+//! Hugging Face.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -7,6 +8,7 @@ use burn::config::Config;
 use clap::{Args, Parser, Subcommand};
 use mlm_train::backend::BackendKind;
 use mlm_train::data::fetch_corpus;
+use mlm_train::hf::{export_run, import_run};
 use mlm_train::predict::TrainedRun;
 use mlm_train::train::{TrainConfig, resume, train};
 use mlm_train::{TrainError, with_backend};
@@ -56,6 +58,33 @@ enum Command {
         /// Evaluate on every document of this corpus instead of the run's held-out split.
         #[arg(long)]
         corpus: Option<PathBuf>,
+        /// Backend.
+        #[arg(long, value_enum, default_value = "ndarray")]
+        backend: BackendKind,
+    },
+    /// Import a Hugging Face BertForMaskedLM folder (config.json, model.safetensors,
+    /// tokenizer.json or vocab.txt) as a run directory that predict and eval read.
+    ImportHf {
+        /// The Hugging Face folder.
+        dir: PathBuf,
+        /// The run directory to create.
+        #[arg(long)]
+        out: PathBuf,
+        /// The corpus whose held-out split `eval --run` uses.
+        #[arg(long, default_value = DEFAULT_CORPUS)]
+        corpus: PathBuf,
+        /// Backend.
+        #[arg(long, value_enum, default_value = "ndarray")]
+        backend: BackendKind,
+    },
+    /// Export the newest checkpoint of a run as a Hugging Face BertForMaskedLM folder
+    /// (config.json, model.safetensors, tokenizer.json, vocab.txt, tokenizer_config.json).
+    ExportHf {
+        /// The run directory.
+        #[arg(long)]
+        run: PathBuf,
+        /// The folder to write.
+        out: PathBuf,
         /// Backend.
         #[arg(long, value_enum, default_value = "ndarray")]
         backend: BackendKind,
@@ -234,6 +263,31 @@ fn run(cli: Cli) -> Result<(), TrainError> {
                 eval.perplexity(),
                 eval.n_masked
             );
+            Ok(())
+        }),
+        Command::ImportHf {
+            dir,
+            out,
+            corpus,
+            backend,
+        } => with_backend!(backend, |B, device| {
+            let config = import_run::<B>(&dir, &out, &corpus, &device)?;
+            let m = &config.model;
+            println!(
+                "imported {}: {} layers, hidden {}, {} heads, vocab {} ({} parameters) into {}",
+                dir.display(),
+                m.num_hidden_layers,
+                m.hidden_size,
+                m.num_attention_heads,
+                m.vocab_size,
+                m.num_parameters(),
+                out.display()
+            );
+            Ok(())
+        }),
+        Command::ExportHf { run, out, backend } => with_backend!(backend, |B, device| {
+            export_run::<B>(&run, &out, &device)?;
+            println!("exported {} to {}", run.display(), out.display());
             Ok(())
         }),
     }

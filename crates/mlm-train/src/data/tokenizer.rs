@@ -164,6 +164,30 @@ impl WordPieceTokenizer {
         self.inner.get_vocab_size(true)
     }
 
+    /// Every token, in id order (line `i` of a BERT `vocab.txt` is token `i`).
+    ///
+    /// # Errors
+    /// [`TrainError::Tokenizer`] if the ids are not `0..vocab_size` without gaps, so that
+    /// no `vocab.txt` can hold them.
+    pub fn vocab(&self) -> Result<Vec<String>, TrainError> {
+        let mut tokens = vec![None; self.vocab_size()];
+        for (token, id) in self.inner.get_vocab(true) {
+            if let Some(slot) = tokens.get_mut(id as usize) {
+                *slot = Some(token);
+            }
+        }
+        tokens
+            .into_iter()
+            .enumerate()
+            .map(|(id, token)| {
+                token.ok_or_else(|| TrainError::Tokenizer {
+                    path: "(vocabulary)".into(),
+                    reason: format!("no token has id {id}: the ids are not contiguous"),
+                })
+            })
+            .collect()
+    }
+
     /// Token ids of `text`, without `[CLS]`/`[SEP]`. The literal `[MASK]` stays one token.
     ///
     /// # Errors
