@@ -118,6 +118,14 @@ pub enum TrainError {
         /// Why it cannot be used.
         reason: String,
     },
+    /// A backend failed to run its queued work.
+    #[error("backend {backend}: {reason}")]
+    Backend {
+        /// The backend's name.
+        backend: String,
+        /// What it reported.
+        reason: String,
+    },
     /// The MLM library rejected an input.
     #[error(transparent)]
     Mlm(#[from] mlm_core::MlmError),

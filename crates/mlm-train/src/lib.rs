@@ -14,6 +14,7 @@
 //! transformers checkpoint imports as a run.
 
 pub mod backend;
+pub mod bench;
 pub mod checkpoint;
 pub mod data;
 pub mod error;

@@ -7,11 +7,12 @@ use std::process::ExitCode;
 use burn::config::Config;
 use clap::{Args, Parser, Subcommand};
 use mlm_train::backend::BackendKind;
+use mlm_train::bench::{BackendBenchConfig, compare_backends, markdown_table, save_rows};
 use mlm_train::data::fetch_corpus;
 use mlm_train::hf::{export_run, import_run};
 use mlm_train::predict::TrainedRun;
 use mlm_train::train::{TrainConfig, resume, train};
-use mlm_train::{TrainError, with_backend};
+use mlm_train::{BertConfig, TrainError, with_backend};
 
 /// Where `fetch-corpus` puts the default corpus, and where `train` looks for it.
 const DEFAULT_CORPUS: &str = "data/corpus";
@@ -89,6 +90,71 @@ enum Command {
         #[arg(long, value_enum, default_value = "ndarray")]
         backend: BackendKind,
     },
+    /// Benchmarks: numbers to read, not tests.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// The same model, batch and seed on every compiled backend: median forward+backward
+    /// step time, tokens/s, peak memory and the loss difference from ndarray.
+    Backends(BackendsArgs),
+}
+
+#[derive(Args)]
+struct BackendsArgs {
+    /// Backends to compare, comma-separated (default: every one compiled in).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    backends: Vec<BackendKind>,
+    /// Sequences per batch.
+    #[arg(long, default_value_t = 32)]
+    batch_size: usize,
+    /// Tokens per sequence.
+    #[arg(long, default_value_t = 128)]
+    seq_len: usize,
+    /// Vocabulary size.
+    #[arg(long, default_value_t = 8192)]
+    vocab_size: usize,
+    /// Hidden size d_model.
+    #[arg(long, default_value_t = 128)]
+    hidden_size: usize,
+    /// Encoder layers.
+    #[arg(long, default_value_t = 2)]
+    layers: usize,
+    /// Attention heads.
+    #[arg(long, default_value_t = 2)]
+    heads: usize,
+    /// Feed-forward width.
+    #[arg(long, default_value_t = 512)]
+    intermediate_size: usize,
+    /// Untimed warm-up steps per backend.
+    #[arg(long, default_value_t = 3)]
+    warmup_steps: usize,
+    /// Timed steps per backend (the median is reported).
+    #[arg(long, default_value_t = 10)]
+    timed_steps: usize,
+    /// Where to write the rows as JSON.
+    #[arg(long, default_value = "runs/bench/backends.json")]
+    json: PathBuf,
+}
+
+impl BackendsArgs {
+    fn config(&self) -> BackendBenchConfig {
+        BackendBenchConfig::new()
+            .with_model(
+                BertConfig::new(self.vocab_size)
+                    .with_hidden_size(self.hidden_size)
+                    .with_num_hidden_layers(self.layers)
+                    .with_num_attention_heads(self.heads)
+                    .with_intermediate_size(self.intermediate_size)
+                    .with_max_position_embeddings(self.seq_len),
+            )
+            .with_batch_size(self.batch_size)
+            .with_seq_len(self.seq_len)
+            .with_warmup_steps(self.warmup_steps)
+            .with_timed_steps(self.timed_steps)
+    }
 }
 
 #[derive(Args)]
@@ -232,6 +298,19 @@ fn run(cli: Cli) -> Result<(), TrainError> {
                 summary.wall_time_seconds
             );
             println!("run saved in {}", run.display());
+            Ok(())
+        }
+        Command::Bench(BenchCommand::Backends(args)) => {
+            let kinds = if args.backends.is_empty() {
+                BackendKind::compiled()
+            } else {
+                args.backends.clone()
+            };
+            let config = args.config();
+            let rows = compare_backends(&config, &kinds)?;
+            println!("{}", markdown_table(&config, &rows));
+            save_rows(&args.json, &rows)?;
+            println!("rows written to {}", args.json.display());
             Ok(())
         }
         Command::Predict {

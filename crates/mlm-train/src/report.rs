@@ -182,6 +182,7 @@ pub fn plot_loss_curve(
     chart
         .configure_mesh()
         .x_desc("optimizer step")
+        .x_label_formatter(&|step| format!("{step:.0}"))
         .y_desc("loss (nats per masked token)")
         .label_style(("sans-serif", 16))
         .draw()

@@ -1,0 +1,270 @@
+//! Head + loss, forward and backward, on `Autodiff<NdArray>`: BERT's transform, the decoder
+//! tied to a token embedding and the masked cross-entropy.
+//!
+//! Variants, on the same hidden states, weights and masked positions:
+//! - `dense`: every row through the head, labels `-100` off the masked positions
+//!   (Hugging Face's `BertForMaskedLM` path);
+//! - `sparse`: `forward_masked`, only the masked rows through the head;
+//! - `sparse_burn_nn_ce`: the same sparse logits into burn-nn's `CrossEntropyLoss`, the
+//!   in-framework baseline for the loss itself.
+//!
+//! Shapes: BERT-base (batch 32 × seq 128, d_model 768, vocab 30 522) and the trainer's tiny
+//! model (d_model 128, vocab 8192), 15 % of the 4096 rows masked.
+//!
+//! `cargo bench -p mlm-core --bench head_loss` runs criterion, then prints a table of peak
+//! memory (Linux's `VmHWM`, reset before each variant) and achieved GFLOP/s, counting
+//! 6 · rows · d_model · (vocab + d_model) FLOPs for forward + backward. Add `-- tiny` (or
+//! `-- base`) to run one shape only.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use burn::backend::{Autodiff, NdArray};
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::tensor::{Distribution, Int, Tensor, TensorData};
+use criterion::{BenchmarkId, Criterion};
+use mlm_core::{MlmHead, MlmHeadConfig, masked_cross_entropy_with_labels};
+
+type B = Autodiff<NdArray>;
+
+/// One benchmark shape.
+struct Shape {
+    name: &'static str,
+    batch: usize,
+    seq: usize,
+    d_model: usize,
+    vocab: usize,
+}
+
+const SHAPES: [Shape; 2] = [
+    Shape {
+        name: "base",
+        batch: 32,
+        seq: 128,
+        d_model: 768,
+        vocab: 30_522,
+    },
+    Shape {
+        name: "tiny",
+        batch: 32,
+        seq: 128,
+        d_model: 128,
+        vocab: 8192,
+    },
+];
+
+const MASKED_SHARE: f64 = 0.15;
+
+#[derive(Clone, Copy, Debug)]
+enum Variant {
+    Dense,
+    Sparse,
+    SparseBurnNnCe,
+}
+
+const VARIANTS: [Variant; 3] = [Variant::Dense, Variant::Sparse, Variant::SparseBurnNnCe];
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Dense => "dense",
+            Self::Sparse => "sparse",
+            Self::SparseBurnNnCe => "sparse_burn_nn_ce",
+        }
+    }
+}
+
+/// Inputs of one shape: hidden states, an embedding to tie to, the head, masked positions.
+struct Setup {
+    shape: &'static Shape,
+    head: MlmHead<B>,
+    embedding: Tensor<B, 2>,
+    hidden: Tensor<B, 3>,
+    positions: Vec<i64>,
+    targets: Vec<i64>,
+}
+
+impl Setup {
+    fn new(shape: &'static Shape) -> Self {
+        let device = Default::default();
+        <B as burn::tensor::backend::Backend>::seed(&device, 7);
+        let rows = shape.batch * shape.seq;
+        let n_masked = (MASKED_SHARE * rows as f64).round() as usize;
+        // Every `rows / n_masked`-th row is masked: spread over the batch like real masks.
+        let positions: Vec<i64> = (0..n_masked)
+            .map(|i| (i * rows / n_masked) as i64)
+            .collect();
+        let targets = positions
+            .iter()
+            .map(|&p| (p * 7919) % shape.vocab as i64)
+            .collect();
+        Self {
+            shape,
+            head: MlmHeadConfig::new(shape.d_model, shape.vocab).init(&device),
+            embedding: Tensor::random(
+                [shape.vocab, shape.d_model],
+                Distribution::Normal(0.0, 0.02),
+                &device,
+            )
+            .require_grad(),
+            hidden: Tensor::random(
+                [shape.batch, shape.seq, shape.d_model],
+                Distribution::Normal(0.0, 1.0),
+                &device,
+            )
+            .require_grad(),
+            positions,
+            targets,
+        }
+    }
+
+    fn rows(&self, variant: Variant) -> usize {
+        match variant {
+            Variant::Dense => self.shape.batch * self.shape.seq,
+            Variant::Sparse | Variant::SparseBurnNnCe => self.positions.len(),
+        }
+    }
+
+    /// FLOPs of forward + backward through the transform and the decoder.
+    fn flops(&self, variant: Variant) -> f64 {
+        let (d, v) = (self.shape.d_model as f64, self.shape.vocab as f64);
+        6.0 * self.rows(variant) as f64 * d * (v + d)
+    }
+
+    /// One forward + backward; returns the loss.
+    fn step(&self, variant: Variant) -> f32 {
+        let device = self.hidden.device();
+        let n = self.positions.len();
+        let int = |values: Vec<i64>, len| {
+            Tensor::<B, 1, Int>::from_data(TensorData::new(values, [len]), &device)
+        };
+        let tied = Some(self.embedding.clone());
+        let loss = match variant {
+            Variant::Dense => {
+                let rows = self.shape.batch * self.shape.seq;
+                let mut labels = vec![-100i64; rows];
+                for (&p, &t) in self.positions.iter().zip(&self.targets) {
+                    labels[p as usize] = t;
+                }
+                let labels = int(labels, rows).reshape([self.shape.batch, self.shape.seq]);
+                let logits = self.head.forward(self.hidden.clone(), tied).unwrap();
+                masked_cross_entropy_with_labels(logits, labels)
+                    .unwrap()
+                    .loss
+            }
+            Variant::Sparse | Variant::SparseBurnNnCe => {
+                let logits = self
+                    .head
+                    .forward_masked(self.hidden.clone(), int(self.positions.clone(), n), tied)
+                    .unwrap();
+                let targets = int(self.targets.clone(), n);
+                match variant {
+                    Variant::Sparse => {
+                        masked_cross_entropy_with_labels(logits, targets)
+                            .unwrap()
+                            .loss
+                    }
+                    _ => CrossEntropyLossConfig::new()
+                        .init(&device)
+                        .forward(logits, targets),
+                }
+            }
+        };
+        let value = loss.clone().into_scalar();
+        black_box(loss.backward());
+        value
+    }
+}
+
+fn selected_shapes() -> Vec<&'static Shape> {
+    let args: Vec<String> = std::env::args().collect();
+    let chosen: Vec<&'static Shape> = SHAPES
+        .iter()
+        .filter(|s| args.iter().any(|a| a == s.name))
+        .collect();
+    if chosen.is_empty() {
+        SHAPES.iter().collect()
+    } else {
+        chosen
+    }
+}
+
+fn criterion_benches(c: &mut Criterion, setups: &[Setup]) {
+    for setup in setups {
+        let mut group = c.benchmark_group(format!("head_loss/{}", setup.shape.name));
+        group.sample_size(10);
+        for variant in VARIANTS {
+            group.bench_function(BenchmarkId::from_parameter(variant.name()), |b| {
+                b.iter(|| setup.step(variant))
+            });
+        }
+        group.finish();
+    }
+}
+
+/// Peak memory and GFLOP/s per variant, each from a median of three steps after one warm-up;
+/// printed as Markdown, and written as JSON to `$HEAD_LOSS_JSON` when it is set (what
+/// `scripts/bench-vs-pytorch.sh` compares with PyTorch).
+fn memory_and_throughput_table(setups: &[Setup]) {
+    let mut rows = Vec::new();
+    println!(
+        "\n| shape | variant | rows through the head | median step (ms) | GFLOP/s | peak RSS above baseline (MiB) | loss |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|");
+    for setup in setups {
+        for variant in VARIANTS {
+            let baseline = rss_mib("VmRSS:");
+            // Writing 5 to clear_refs resets VmHWM (peak RSS) to the current RSS.
+            let _ = std::fs::write("/proc/self/clear_refs", "5");
+            let loss = setup.step(variant);
+            let peak = rss_mib("VmHWM:");
+            let mut times: Vec<f64> = (0..3)
+                .map(|_| {
+                    let started = Instant::now();
+                    setup.step(variant);
+                    started.elapsed().as_secs_f64()
+                })
+                .collect();
+            times.sort_by(f64::total_cmp);
+            let median = times[1];
+            let peak_mib = peak.zip(baseline).map(|(peak, baseline)| peak - baseline);
+            let memory = peak_mib.map_or("–".into(), |m| format!("{m:.0}"));
+            println!(
+                "| {} | {} | {} | {:.1} | {:.1} | {} | {:.4} |",
+                setup.shape.name,
+                variant.name(),
+                setup.rows(variant),
+                1e3 * median,
+                setup.flops(variant) / median / 1e9,
+                memory,
+                loss
+            );
+            rows.push(serde_json::json!({
+                "shape": setup.shape.name,
+                "variant": variant.name(),
+                "rows": setup.rows(variant),
+                "median_ms": 1e3 * median,
+                "peak_mib": peak_mib,
+                "loss": loss,
+            }));
+        }
+    }
+    if let Ok(path) = std::env::var("HEAD_LOSS_JSON") {
+        let json = serde_json::to_string_pretty(&rows).expect("rows serialise");
+        std::fs::write(&path, json).unwrap_or_else(|e| panic!("writing {path}: {e}"));
+    }
+}
+
+fn rss_mib(field: &str) -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    Some(line.split_whitespace().nth(1)?.parse::<f64>().ok()? / 1024.0)
+}
+
+fn main() {
+    let setups: Vec<Setup> = selected_shapes().into_iter().map(Setup::new).collect();
+    let mut criterion = Criterion::default().configure_from_args();
+    criterion_benches(&mut criterion, &setups);
+    criterion.final_summary();
+    memory_and_throughput_table(&setups);
+}

@@ -1,0 +1,236 @@
+//! The backend comparison: the same model, batch and seed on every compiled backend, timed
+//! step by step, with host and device memory and the loss difference from ndarray.
+//!
+//! A benchmark, not a test: nothing here asserts a speed. `mlm-train bench backends` and
+//! `examples/backend_comparison.rs` print [`markdown_table`] and write the rows as JSON.
+
+use std::path::Path;
+use std::time::Instant;
+
+use burn::config::Config;
+use burn::optim::GradientsParams;
+use burn::tensor::ElementConversion;
+use burn::tensor::backend::AutodiffBackend;
+use mlm_core::{MaskedCrossEntropy, MaskingConfig};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{Adapter, BackendKind};
+use crate::data::make_batch;
+use crate::error::{TrainError, io, write_json};
+use crate::model::BertConfig;
+use crate::train::{forward_loss, init_model};
+
+/// What one backend comparison runs: a model, a batch of random tokens and a step count.
+#[derive(Config, Debug)]
+pub struct BackendBenchConfig {
+    /// Model sizes (the main job's tiny BERT by default).
+    #[config(default = "BertConfig::new(8192)")]
+    pub model: BertConfig,
+    /// Sequences per batch.
+    #[config(default = 32)]
+    pub batch_size: usize,
+    /// Tokens per sequence (every sequence full: no padding).
+    #[config(default = 128)]
+    pub seq_len: usize,
+    /// Share of tokens masked, BERT's 15 %.
+    #[config(default = 0.15)]
+    pub mlm_probability: f64,
+    /// Untimed steps first (kernel compilation, autotuning, allocator pools).
+    #[config(default = 3)]
+    pub warmup_steps: usize,
+    /// Timed steps; the median is reported.
+    #[config(default = 10)]
+    pub timed_steps: usize,
+    /// Seed of the weights, the tokens and the masks.
+    #[config(default = 42)]
+    pub seed: u64,
+}
+
+/// One backend's row of the comparison.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BackendBench {
+    /// `ndarray` or `wgpu`.
+    pub backend: String,
+    /// The device it ran on: on a machine without a GPU, wgpu's is lavapipe, a CPU.
+    pub adapter: Adapter,
+    /// Median forward + backward time of one batch, milliseconds.
+    pub median_step_ms: f64,
+    /// Tokens per second at the median step time.
+    pub tokens_per_second: f64,
+    /// Peak resident host memory during the steps, MiB (Linux's `VmHWM`; `None` elsewhere).
+    pub peak_host_mib: Option<f64>,
+    /// Device memory reserved by the backend's allocator after the steps, MiB (wgpu only).
+    pub device_reserved_mib: Option<f64>,
+    /// The batch's loss, nats.
+    pub loss: f64,
+    /// `loss − ndarray's loss` (`None` when ndarray did not run).
+    pub loss_diff_vs_ndarray: Option<f64>,
+}
+
+/// Times forward + backward of `config`'s batch on backend `B`.
+///
+/// The weights are initialised on the host from the seed and the batch is the same list of
+/// ids on every backend, so the losses differ only by the backends' arithmetic.
+///
+/// # Errors
+/// [`TrainError::Config`] for an invalid model or masking setting; model errors.
+pub fn bench_backend<B: AutodiffBackend>(
+    config: &BackendBenchConfig,
+    kind: BackendKind,
+    device: &B::Device,
+) -> Result<BackendBench, TrainError> {
+    config.model.validate().map_err(TrainError::Config)?;
+    let m = &config.model;
+    if config.seq_len > m.max_position_embeddings || config.timed_steps == 0 || m.vocab_size < 6 {
+        return Err(TrainError::Config(format!(
+            "need seq_len ({}) <= max_position_embeddings ({}), timed_steps ({}) >= 1 and \
+             vocab_size ({}) >= 6",
+            config.seq_len, m.max_position_embeddings, config.timed_steps, m.vocab_size
+        )));
+    }
+    // Ids 0..5 stand for the specials [PAD] [UNK] [CLS] [SEP] [MASK].
+    let (mask_id, specials) = (4, vec![0, 1, 2, 3, 4]);
+    let vocab = config.model.vocab_size as u32;
+    let mut rng = StdRng::seed_from_u64(config.seed);
+    let sequences: Vec<Vec<u32>> = (0..config.batch_size)
+        .map(|_| {
+            (0..config.seq_len)
+                .map(|_| rng.random_range(5..vocab))
+                .collect()
+        })
+        .collect();
+    let chunk: Vec<&[u32]> = sequences.iter().map(Vec::as_slice).collect();
+    let mut masker = MaskingConfig::new(config.model.vocab_size, mask_id, specials)
+        .with_mlm_probability(config.mlm_probability)
+        .with_seed(config.seed)
+        .init()?;
+    let batch = make_batch::<B>(&chunk, &mut masker, 0, device)?;
+    let model = init_model::<B>(&config.model, config.seed, device);
+    let loss_fn = MaskedCrossEntropy::default();
+
+    let step = || -> Result<f64, TrainError> {
+        let out = forward_loss(&model, batch.clone(), &loss_fn)?;
+        let loss = f64::from(out.loss.clone().into_scalar().elem::<f32>());
+        let grads = GradientsParams::from_grads(out.loss.backward(), &model);
+        drop(grads);
+        B::sync(device).map_err(|e| TrainError::Backend {
+            backend: kind.name().into(),
+            reason: format!("{e:?}"),
+        })?;
+        Ok(loss)
+    };
+    reset_peak_host_memory();
+    let mut loss = f64::NAN;
+    for _ in 0..config.warmup_steps {
+        loss = step()?;
+    }
+    let mut times = Vec::with_capacity(config.timed_steps);
+    for _ in 0..config.timed_steps {
+        let started = Instant::now();
+        loss = step()?;
+        times.push(started.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    Ok(BackendBench {
+        backend: kind.name().into(),
+        adapter: crate::backend::adapter(kind),
+        median_step_ms: 1e3 * median,
+        tokens_per_second: (config.batch_size * config.seq_len) as f64 / median,
+        peak_host_mib: peak_host_memory_mib(),
+        device_reserved_mib: crate::backend::device_reserved_bytes(kind)
+            .map(|bytes| bytes as f64 / MIB),
+        loss,
+        loss_diff_vs_ndarray: None,
+    })
+}
+
+/// Runs [`bench_backend`] on each of `kinds` in turn (one process: the peak host memory is
+/// reset between backends), then fills in each row's loss difference from ndarray's.
+///
+/// # Errors
+/// [`TrainError::Config`] for a backend not compiled in, and [`bench_backend`]'s errors.
+pub fn compare_backends(
+    config: &BackendBenchConfig,
+    kinds: &[BackendKind],
+) -> Result<Vec<BackendBench>, TrainError> {
+    let mut rows = kinds
+        .iter()
+        .map(|&kind| {
+            crate::with_backend!(kind, |B, device| bench_backend::<B>(config, kind, &device))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let reference = rows.iter().find(|r| r.backend == "ndarray").map(|r| r.loss);
+    for row in &mut rows {
+        row.loss_diff_vs_ndarray = reference.map(|loss| row.loss - loss);
+    }
+    Ok(rows)
+}
+
+/// The rows as a Markdown table, with the settings in a caption line.
+pub fn markdown_table(config: &BackendBenchConfig, rows: &[BackendBench]) -> String {
+    let m = &config.model;
+    let mut out = format!(
+        "BERT d_model {} × {} layers, vocab {}, batch {} × {} tokens, {:.0} % masked; \
+         median of {} forward+backward steps after {} warm-up steps\n\n\
+         | backend | adapter (type) | median step (ms) | tokens/s | peak host RSS (MiB) | \
+         device reserved (MiB) | loss | Δ loss vs ndarray |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|\n",
+        m.hidden_size,
+        m.num_hidden_layers,
+        m.vocab_size,
+        config.batch_size,
+        config.seq_len,
+        100.0 * config.mlm_probability,
+        config.timed_steps,
+        config.warmup_steps,
+    );
+    let optional = |value: Option<f64>, precision: usize| {
+        value.map_or("–".to_string(), |v| format!("{v:.precision$}"))
+    };
+    for r in rows {
+        out += &format!(
+            "| {} | {} ({}) | {:.1} | {:.0} | {} | {} | {:.6} | {} |\n",
+            r.backend,
+            r.adapter.name,
+            r.adapter.device_type,
+            r.median_step_ms,
+            r.tokens_per_second,
+            optional(r.peak_host_mib, 0),
+            optional(r.device_reserved_mib, 0),
+            r.loss,
+            r.loss_diff_vs_ndarray
+                .map_or("–".to_string(), |d| format!("{d:+.2e}")),
+        );
+    }
+    out
+}
+
+/// Writes the rows as pretty JSON to `path`, creating its folder.
+///
+/// # Errors
+/// [`TrainError::Io`] naming the file or folder.
+pub fn save_rows(path: &Path, rows: &[BackendBench]) -> Result<(), TrainError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+    }
+    write_json(path, &rows)
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Resets Linux's peak-RSS counter (`VmHWM`) so that each backend's peak is its own;
+/// elsewhere, or if the kernel refuses, the peak covers the whole process.
+fn reset_peak_host_memory() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Peak resident memory of this process since the last reset, MiB (Linux only).
+fn peak_host_memory_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
