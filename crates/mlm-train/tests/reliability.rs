@@ -290,8 +290,9 @@ fn a_write_error_while_saving_a_checkpoint_is_typed_and_keeps_the_previous_one()
     let model_bytes = std::fs::metadata(checkpoint::checkpoint_dir(&run, 10).join("model.mpk"))
         .unwrap()
         .len();
-    // Files may grow to half a model: config.json and metrics.csv fit, model.mpk does not.
-    let limit_blocks = model_bytes / 2 / 512;
+    // Files may grow to a quarter of a model (half if `sh` counts 1024-byte blocks):
+    // config.json and metrics.csv fit, model.mpk does not.
+    let limit_blocks = model_bytes / 4 / 512;
     assert!(
         limit_blocks * 512 > 8192,
         "model.mpk is only {model_bytes} bytes"
@@ -347,7 +348,7 @@ fn sigkill_mid_run_and_mid_checkpoint_resumes_from_the_last_complete_checkpoint(
         .spawn()
         .unwrap();
     // Once two checkpoints exist, kill at the first sight of a checkpoint being written
-    // (or after 20 s of trying).
+    // (or after 1 s of trying, about 40 checkpoints).
     let started = Instant::now();
     let mut two_checkpoints = None;
     let caught_mid_write = loop {
@@ -366,7 +367,7 @@ fn sigkill_mid_run_and_mid_checkpoint_resumes_from_the_last_complete_checkpoint(
             if !partial_checkpoints(&run).is_empty() {
                 break true;
             }
-            if since.elapsed() > Duration::from_secs(20) {
+            if since.elapsed() > Duration::from_secs(1) {
                 break false;
             }
         }
@@ -540,8 +541,8 @@ fn a_non_finite_step_stops_the_run_naming_the_step_and_keeps_the_last_good_check
         panic!("expected NonFinite, got {err}");
     };
     println!("non-finite {quantity} {value} at step {step}");
-    assert_eq!(step, 2);
-    assert!(!value.is_finite());
+    assert_eq!((step, quantity), (2, "loss"));
+    assert!(value.is_nan());
     assert_eq!(
         checkpoint::list(&run).unwrap(),
         [checkpoint::checkpoint_dir(&run, 1)]
