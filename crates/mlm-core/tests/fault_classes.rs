@@ -4,10 +4,10 @@
 use burn::backend::{Autodiff, NdArray};
 use burn::module::Param;
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::tensor::{Distribution, ElementConversion, Int, Tensor, TensorData};
+use burn::tensor::{Bool, Distribution, ElementConversion, Int, Tensor, TensorData};
 use mlm_core::{
     IGNORE_INDEX, MaskedCrossEntropyConfig, Masker, MaskingConfig, MlmError, MlmHeadConfig,
-    masked_cross_entropy_with_labels,
+    masked_cross_entropy, masked_cross_entropy_with_labels,
 };
 
 type B = Autodiff<NdArray>;
@@ -308,10 +308,39 @@ fn empty_batch_gives_zero_loss_and_no_prediction() {
     assert!(batch.input_ids.is_empty() && batch.masked_positions.is_empty());
     let batch = masker.mask(&[vec![]]).unwrap();
     assert_eq!(batch.input_ids, vec![Vec::<u32>::new()]);
-    let z: Tensor<B, 2> = Tensor::zeros([0, 5], &Default::default());
+    // A head on hidden states of zero sequences returns zero rows of logits.
+    let device = Default::default();
+    let head = MlmHeadConfig::new(4, 5)
+        .with_tie_word_embeddings(false)
+        .init::<B>(&device);
+    let none = Tensor::<B, 1, Int>::from_data(TensorData::new(Vec::<i64>::new(), [0]), &device);
+    let z = head
+        .forward_masked(Tensor::zeros([0, 6, 4], &device), none, None)
+        .unwrap();
+    assert_eq!(z.dims(), [0, 5]);
     let out = masked_cross_entropy_with_labels(z, labels(&[])).unwrap();
     assert_eq!(out.n_graded, 0);
     assert_eq!(scalar(out.loss), 0.0);
+}
+
+#[test]
+fn targets_and_mask_must_have_the_logits_row_shape() {
+    let z = || logits(&[&[0.0, 1.0], &[1.0, 0.0]]);
+    let mask = |n: usize| {
+        Tensor::<B, 1, Bool>::from_data(TensorData::new(vec![true; n], [n]), &Default::default())
+    };
+    let what = |err: MlmError| match err {
+        MlmError::ShapeMismatch { what, actual, .. } => (what, actual),
+        other => panic!("{other}"),
+    };
+    assert_eq!(
+        what(masked_cross_entropy(z(), labels(&[0, 1, 0]), mask(2)).unwrap_err()),
+        ("targets", vec![3])
+    );
+    assert_eq!(
+        what(masked_cross_entropy(z(), labels(&[0, 1]), mask(1)).unwrap_err()),
+        ("mask", vec![1])
+    );
 }
 
 #[test]
