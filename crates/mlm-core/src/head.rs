@@ -180,7 +180,7 @@ impl<B: Backend> MlmHead<B> {
     ///
     /// # Shapes
     /// - hidden: `[batch, seq, d_model]`
-    /// - positions: `[n_masked]`, each in `[0, batch * seq)`
+    /// - positions: `[n_masked]`, each in `[0, batch * seq)`; `n_masked` may be 0
     /// - tied: as in [`forward`](Self::forward)
     /// - output: `[n_masked, vocab]`, row `i` for `positions[i]`
     ///
@@ -206,8 +206,20 @@ impl<B: Backend> MlmHead<B> {
         {
             return Err(MlmError::PositionOutOfRange { position, n_rows });
         }
-        let masked_hidden = hidden.reshape([n_rows, d_model]).select(0, positions);
-        self.forward(masked_hidden, tied)
+        let rows = hidden.reshape([n_rows, d_model]);
+        if host_positions.is_empty() {
+            // Nothing masked: burn-ndarray 0.21 divides by zero in a matmul of 0 rows, so
+            // decode one row and select none of it (`select`, not an empty `slice`, which
+            // burn answers with a fresh tensor): the `[0, vocab]` result stays in the
+            // graph, and the parameters get zero gradients rather than none.
+            let row = if n_rows > 0 {
+                rows.narrow(0, 0, 1)
+            } else {
+                Tensor::zeros([1, d_model], &rows.device())
+            };
+            return Ok(self.forward(row, tied)?.select(0, positions));
+        }
+        self.forward(rows.select(0, positions), tied)
     }
 
     fn decoder_weight(&self, tied: Option<Tensor<B, 2>>) -> Result<Tensor<B, 2>, MlmError> {

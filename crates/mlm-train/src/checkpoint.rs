@@ -2,13 +2,15 @@
 //!
 //! A checkpoint is the folder `checkpoints/step-00000100/` holding `model.mpk`,
 //! `optimizer.mpk` and `state.json`. It is written as `.step-00000100.partial/` and
-//! renamed when complete, so a crash mid-write leaves no folder that a resume would load.
+//! renamed when complete, so a crash mid-write leaves no folder that a resume would load;
+//! [`remove_partial`] deletes such leftovers when a run resumes.
 
 use std::path::{Path, PathBuf};
 
-use burn::module::Module;
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::Optimizer;
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
+use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use serde::{Deserialize, Serialize};
 
@@ -49,7 +51,7 @@ pub fn checkpoint_dir(run_dir: &Path, step: usize) -> PathBuf {
 ///
 /// # Errors
 /// [`TrainError::Checkpoint`] or [`TrainError::Io`] naming the file; the previous
-/// checkpoints stay intact.
+/// checkpoints stay intact and the incomplete one is removed.
 pub fn save<B: AutodiffBackend, O: Optimizer<BertForMaskedLm<B>, B>>(
     run_dir: &Path,
     model: &BertForMaskedLm<B>,
@@ -82,6 +84,7 @@ pub fn save_model<B: Backend>(
 
 /// Writes the model, whatever `extra` writes into the partial folder, and the state, as
 /// `.step-N.partial/`; renames it to `step-N/` once complete and prunes old checkpoints.
+/// A failed write removes its partial folder.
 fn write<B: Backend>(
     run_dir: &Path,
     model: &BertForMaskedLm<B>,
@@ -93,13 +96,11 @@ fn write<B: Backend>(
     if partial.exists() {
         std::fs::remove_dir_all(&partial).map_err(io(&partial))?;
     }
-    std::fs::create_dir_all(&partial).map_err(io(&partial))?;
-    model
-        .clone()
-        .save_file(partial.join("model"), &recorder())
-        .map_err(|e| checkpoint_error(&partial.join("model.mpk"), e))?;
-    extra(&partial)?;
-    write_json(&partial.join("state.json"), state)?;
+    if let Err(error) = write_partial(&partial, model, state, extra) {
+        // Best effort: a leftover is harmless (never loaded) and removed on resume.
+        let _ = std::fs::remove_dir_all(&partial);
+        return Err(error);
+    }
     let done = checkpoint_dir(run_dir, state.step);
     if done.exists() {
         std::fs::remove_dir_all(&done).map_err(io(&done))?;
@@ -109,6 +110,44 @@ fn write<B: Backend>(
         std::fs::remove_dir_all(&old).map_err(io(&old))?;
     }
     Ok(done)
+}
+
+/// Writes the files of a checkpoint into the folder `partial`.
+fn write_partial<B: Backend>(
+    partial: &Path,
+    model: &BertForMaskedLm<B>,
+    state: &RunState,
+    extra: impl FnOnce(&Path) -> Result<(), TrainError>,
+) -> Result<(), TrainError> {
+    std::fs::create_dir_all(partial).map_err(io(partial))?;
+    model
+        .clone()
+        .save_file(partial.join("model"), &recorder())
+        .map_err(|e| checkpoint_error(&partial.join("model.mpk"), e))?;
+    extra(partial)?;
+    write_json(&partial.join("state.json"), state)
+}
+
+/// Deletes the `.step-*.partial` folders that a crash during [`save`] leaves behind;
+/// returns them.
+///
+/// # Errors
+/// [`TrainError::Io`] if the folder cannot be listed or a leftover removed.
+pub fn remove_partial(run_dir: &Path) -> Result<Vec<PathBuf>, TrainError> {
+    let root = run_dir.join("checkpoints");
+    if !root.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut removed = Vec::new();
+    for entry in std::fs::read_dir(&root).map_err(io(&root))? {
+        let path = entry.map_err(io(&root))?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.starts_with(".step-") && name.ends_with(".partial") {
+            std::fs::remove_dir_all(&path).map_err(io(&path))?;
+            removed.push(path);
+        }
+    }
+    Ok(removed)
 }
 
 /// Complete checkpoint folders, oldest first.
@@ -146,32 +185,67 @@ pub fn latest(run_dir: &Path) -> Result<PathBuf, TrainError> {
 /// Loads the model of a checkpoint folder.
 ///
 /// # Errors
-/// [`TrainError::Checkpoint`] if the file is missing, truncated or of another shape.
+/// [`TrainError::Checkpoint`] if the file is missing or truncated, or if its layers or
+/// any parameter's shape differ from what `config` builds (a run resumed with another
+/// configuration).
 pub fn load_model<B: Backend>(
     dir: &Path,
     config: &BertConfig,
     device: &B::Device,
 ) -> Result<BertForMaskedLm<B>, TrainError> {
     let file = dir.join("model.mpk");
-    let model = config
-        .init::<B>(device)
-        .load_file(dir.join("model"), &recorder(), device)
-        .map_err(|e| checkpoint_error(&file, format!("cannot be read: {e}")))?;
-    // Burn loads tensors of any shape: check them against the run's config.json.
-    let expected = [config.vocab_size, config.hidden_size];
-    let found = model.embeddings.word_embeddings.weight.dims();
-    let positions = model.embeddings.position_embeddings.weight.dims()[0];
-    if found != expected || positions != config.max_position_embeddings {
+    let record: <BertForMaskedLm<B> as Module<B>>::Record =
+        Recorder::<B>::load(&recorder(), dir.join("model"), device)
+            .map_err(|e| checkpoint_error(&file, format!("cannot be read: {e}")))?;
+    // Burn panics on a layer count that differs and loads tensors of any shape: check
+    // both against the run's config.json before and after loading.
+    if record.layers.len() != config.num_hidden_layers {
         return Err(checkpoint_error(
             &file,
             format!(
-                "holds word embeddings {found:?} and {positions} positions, but config.json says \
-                 [vocab_size, hidden_size] = {expected:?} and {} positions",
-                config.max_position_embeddings
+                "holds {} layers, but config.json says num_hidden_layers = {}",
+                record.layers.len(),
+                config.num_hidden_layers
             ),
         ));
     }
+    let fresh = config.init::<B>(device);
+    let expected = parameter_shapes(&fresh);
+    let model = fresh.load_record(record);
+    let found = parameter_shapes(&model);
+    if let Some(((name, want), (_, got))) = expected.iter().zip(&found).find(|(e, f)| e != f) {
+        return Err(checkpoint_error(
+            &file,
+            format!("holds {name} of shape {got:?}, but config.json builds {want:?}"),
+        ));
+    }
     Ok(model)
+}
+
+/// Every float parameter of `model` as `(path, shape)`, e.g. `("embeddings.word_embeddings.weight", [1000, 32])`.
+fn parameter_shapes<B: Backend, M: Module<B>>(model: &M) -> Vec<(String, Vec<usize>)> {
+    struct Shapes {
+        path: Vec<String>,
+        found: Vec<(String, Vec<usize>)>,
+    }
+    impl<B: Backend> ModuleVisitor<B> for Shapes {
+        fn enter_module(&mut self, name: &str, _container_type: &str) {
+            self.path.push(name.to_string());
+        }
+        fn exit_module(&mut self, _name: &str, _container_type: &str) {
+            self.path.pop();
+        }
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.found
+                .push((self.path.join("."), param.val().dims().to_vec()));
+        }
+    }
+    let mut shapes = Shapes {
+        path: Vec::new(),
+        found: Vec::new(),
+    };
+    model.visit(&mut shapes);
+    shapes.found
 }
 
 /// Loads the optimizer state and run state of a checkpoint folder into `optimizer`.

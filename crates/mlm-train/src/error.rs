@@ -51,13 +51,15 @@ pub enum TrainError {
         /// What went wrong.
         reason: String,
     },
-    /// A loss became NaN or infinite.
-    #[error("non-finite loss {loss} at step {step}; the last good checkpoint is kept")]
+    /// The loss or the gradient norm became NaN or infinite; the update was not applied.
+    #[error("non-finite {quantity} {value} at step {step}; the last good checkpoint is kept")]
     NonFinite {
         /// The optimizer step.
         step: usize,
+        /// What was not finite: `"loss"` or `"gradient norm"`.
+        quantity: &'static str,
         /// The offending value.
-        loss: f64,
+        value: f64,
     },
     /// A Hugging Face `config.json` describes a model this BERT cannot be (another
     /// `model_type`, `hidden_act` or position embedding, an untied decoder, inconsistent sizes),

@@ -1,13 +1,13 @@
 //! What a run leaves for people: `metrics.csv`, `loss_curve.png` and `summary.json`.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{TrainError, io};
+use crate::error::{TrainError, io, write_atomic};
 
 /// One row of `metrics.csv`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -89,13 +89,17 @@ impl MetricsLog {
         } else {
             Vec::new()
         };
-        let mut file = File::create(&path).map_err(io(&path))?;
         let mut text = format!("{HEADER}\n");
         for row in &rows {
             text.push_str(&row.to_csv());
             text.push('\n');
         }
-        file.write_all(text.as_bytes()).map_err(io(&path))?;
+        // Replaced atomically: a crash here leaves the old rows, never an empty file.
+        write_atomic(&path, text.as_bytes())?;
+        let file = OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(io(&path))?;
         Ok(Self { path, file, rows })
     }
 
@@ -116,20 +120,21 @@ impl MetricsLog {
     }
 }
 
-/// Reads a `metrics.csv`.
+/// Reads a `metrics.csv`. A last line without its newline is a row that a crash cut
+/// short, and is skipped.
 ///
 /// # Errors
 /// [`TrainError::Io`] if it cannot be read; [`TrainError::Checkpoint`] for a malformed row.
 pub fn read_metrics(path: &Path) -> Result<Vec<MetricsRow>, TrainError> {
-    let file = File::open(path).map_err(io(path))?;
+    let text = std::fs::read_to_string(path).map_err(io(path))?;
+    let complete = &text[..text.rfind('\n').map_or(0, |end| end + 1)];
     let mut rows = Vec::new();
-    for (n, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(io(path))?;
+    for (n, line) in complete.lines().enumerate() {
         if n == 0 || line.is_empty() {
             continue;
         }
         rows.push(
-            MetricsRow::from_csv(&line).ok_or_else(|| TrainError::Checkpoint {
+            MetricsRow::from_csv(line).ok_or_else(|| TrainError::Checkpoint {
                 path: path.to_path_buf(),
                 reason: format!("line {} is not a metrics row: {line:?}", n + 1),
             })?,

@@ -227,13 +227,13 @@ pub fn train<B: AutodiffBackend>(
             run_dir.display()
         )));
     }
-    std::fs::create_dir_all(run_dir).map_err(io(run_dir))?;
     let tokenizer = config
         .tokenizer
         .as_deref()
         .map(WordPieceTokenizer::from_file)
         .transpose()?;
     let prepared = prepare_data(&config, tokenizer)?;
+    std::fs::create_dir_all(run_dir).map_err(io(run_dir))?;
     prepared.tokenizer.save(&dir.tokenizer())?;
     config.model.vocab_size = prepared.tokenizer.vocab_size();
     write_json(&dir.config(), &config)?;
@@ -266,9 +266,18 @@ pub fn resume<B: AutodiffBackend>(
         )));
     }
     let tokenizer = WordPieceTokenizer::from_file(&dir.tokenizer())?;
+    if tokenizer.vocab_size() != config.model.vocab_size {
+        return Err(TrainError::Config(format!(
+            "{} has {} tokens, but config.json says vocab_size = {}",
+            dir.tokenizer().display(),
+            tokenizer.vocab_size(),
+            config.model.vocab_size
+        )));
+    }
     let prepared = prepare_data(&config, Some(tokenizer))?;
-    // Written only once the resume can go ahead.
+    // Written only once the resume can go ahead; a checkpoint a crash left half-written goes.
     write_json(&dir.config(), &config)?;
+    checkpoint::remove_partial(run_dir)?;
     run::<B>(&config, run_dir, prepared, Some(from), device, backend)
 }
 
@@ -611,12 +620,19 @@ fn run<B: AutodiffBackend>(
             accumulator.accumulate(&model, shard.grads);
         }
         let loss = loss_sum / n_masked.max(1) as f64;
-        if !loss.is_finite() {
-            progress.abandon();
-            return Err(TrainError::NonFinite { step, loss });
-        }
         let mut grads = accumulator.grads();
-        clip_global_norm(&model, &mut grads, config.max_grad_norm);
+        let grad_norm = clip_global_norm(&model, &mut grads, config.max_grad_norm);
+        // Stop before the update, so no non-finite weight reaches a checkpoint.
+        for (quantity, value) in [("loss", loss), ("gradient norm", grad_norm)] {
+            if !value.is_finite() {
+                progress.abandon();
+                return Err(TrainError::NonFinite {
+                    step,
+                    quantity,
+                    value,
+                });
+            }
+        }
         let lr = learning_rate(config, step);
         model = optimizer.step(lr, model, grads);
 

@@ -2,62 +2,18 @@
 //! every output file exists and parses, and `resume` from the step-20 checkpoint continues
 //! at step 21 with the same losses as the uninterrupted run.
 
-use std::path::{Path, PathBuf};
+mod common;
 
 use burn::backend::{Autodiff, NdArray};
+use common::{copy_dir, tiny_config, train_losses};
 use mlm_train::checkpoint;
 use mlm_train::data::WordPieceTokenizer;
 use mlm_train::predict::TrainedRun;
-use mlm_train::report::{MetricsRow, Summary, read_metrics};
-use mlm_train::train::{RunDir, TrainConfig, resume, train};
+use mlm_train::report::{Summary, read_metrics};
+use mlm_train::train::{RunDir, resume, train};
 use mlm_train::{BertConfig, TrainError};
 
 type B = Autodiff<NdArray>;
-
-fn corpus() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/corpus")
-}
-
-fn tiny_config() -> TrainConfig {
-    TrainConfig::new(corpus())
-        .with_model(
-            BertConfig::new(0)
-                .with_hidden_size(32)
-                .with_num_hidden_layers(1)
-                .with_num_attention_heads(2)
-                .with_intermediate_size(64)
-                .with_max_position_embeddings(64),
-        )
-        .with_vocab_size(1000)
-        .with_max_seq_len(64)
-        .with_batch_size(16)
-        .with_grad_accumulation(2)
-        .with_learning_rate(5e-3)
-        .with_warmup_steps(5)
-        .with_max_steps(30)
-        .with_eval_every(10)
-        .with_checkpoint_every(10)
-}
-
-fn train_losses(rows: &[MetricsRow]) -> Vec<(usize, f64)> {
-    rows.iter()
-        .filter(|r| r.split == "train")
-        .map(|r| (r.step, r.loss))
-        .collect()
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let path = entry.unwrap().path();
-        let target = to.join(path.file_name().unwrap());
-        if path.is_dir() {
-            copy_dir(&path, &target);
-        } else {
-            std::fs::copy(&path, &target).unwrap();
-        }
-    }
-}
 
 #[test]
 fn short_run_learns_writes_every_file_and_resumes_exactly() {

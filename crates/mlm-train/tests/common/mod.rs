@@ -1,0 +1,59 @@
+//! Helpers shared by the trainer's integration tests: the fixture corpus, a tiny
+//! configuration, and copying a run directory.
+// Each test binary uses a different subset of these helpers.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use mlm_train::BertConfig;
+use mlm_train::report::MetricsRow;
+use mlm_train::train::TrainConfig;
+
+/// Moby Dick chapters 1–8.
+pub fn corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/corpus")
+}
+
+/// A 1-layer BERT of hidden size 32 that trains 30 steps in seconds.
+pub fn tiny_config() -> TrainConfig {
+    TrainConfig::new(corpus())
+        .with_model(
+            BertConfig::new(0)
+                .with_hidden_size(32)
+                .with_num_hidden_layers(1)
+                .with_num_attention_heads(2)
+                .with_intermediate_size(64)
+                .with_max_position_embeddings(64),
+        )
+        .with_vocab_size(1000)
+        .with_max_seq_len(64)
+        .with_batch_size(16)
+        .with_grad_accumulation(2)
+        .with_learning_rate(5e-3)
+        .with_warmup_steps(5)
+        .with_max_steps(30)
+        .with_eval_every(10)
+        .with_checkpoint_every(10)
+}
+
+/// `(step, loss)` of the training rows.
+pub fn train_losses(rows: &[MetricsRow]) -> Vec<(usize, f64)> {
+    rows.iter()
+        .filter(|r| r.split == "train")
+        .map(|r| (r.step, r.loss))
+        .collect()
+}
+
+/// Copies a folder recursively.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let target = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_dir(&path, &target);
+        } else {
+            std::fs::copy(&path, &target).unwrap();
+        }
+    }
+}
