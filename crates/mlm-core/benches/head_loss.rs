@@ -17,12 +17,12 @@
 //! `-- base`) to run one shape only.
 
 use std::hint::black_box;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use burn::backend::{Autodiff, NdArray};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
-use criterion::{BenchmarkId, Criterion};
+use criterion::{BenchmarkId, Criterion, SamplingMode};
 use mlm_core::{MlmHead, MlmHeadConfig, masked_cross_entropy_with_labels};
 
 type B = Autodiff<NdArray>;
@@ -192,7 +192,12 @@ fn selected_shapes() -> Vec<&'static Shape> {
 fn criterion_benches(c: &mut Criterion, setups: &[Setup]) {
     for setup in setups {
         let mut group = c.benchmark_group(format!("head_loss/{}", setup.shape.name));
-        group.sample_size(10);
+        // Ten single-step samples: a dense BERT-base step takes seconds on a CPU.
+        group
+            .sample_size(10)
+            .sampling_mode(SamplingMode::Flat)
+            .warm_up_time(Duration::from_secs(1))
+            .measurement_time(Duration::from_secs(1));
         for variant in VARIANTS {
             group.bench_function(BenchmarkId::from_parameter(variant.name()), |b| {
                 b.iter(|| setup.step(variant))
