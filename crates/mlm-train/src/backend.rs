@@ -51,7 +51,7 @@ impl std::fmt::Display for Adapter {
     }
 }
 
-/// The device `kind` runs on. For wgpu this is the adapter [`wgpu_device`] selected, or a
+/// The device `kind` runs on. For wgpu this is the adapter `wgpu_device` selected, or a
 /// placeholder if no wgpu device was made in this process.
 pub fn adapter(kind: BackendKind) -> Adapter {
     match kind {

@@ -106,49 +106,17 @@ fn initial_weights_depend_on_the_seed_alone() {
     assert_eq!(first, second);
     assert_ne!(first, parameters(&init_model::<B>(&config, 6, &device)));
 
-    // BERT's initialisation: every bias 0 (the attention query's here), LayerNorm gain 1.
+    // BERT's initialisation: biases 0 (an attention query's and the head's), LayerNorm gain 1.
     let model = init_model::<B>(&config, 5, &device);
-    let query_bias = model.layers[0]
-        .attention
-        .self_attention
-        .query
-        .bias
-        .as_ref()
-        .unwrap();
+    let values = |param: &Param<Tensor<B, 1>>| param.val().into_data().to_vec::<f32>().unwrap();
+    let query = &model.layers[0].attention.self_attention.query;
+    let dense = &model.head.transform.as_ref().unwrap().dense;
+    for bias in [&query.bias, &dense.bias] {
+        assert!(values(bias.as_ref().unwrap()).iter().all(|&b| b == 0.0));
+    }
     assert!(
-        query_bias
-            .val()
-            .into_data()
-            .to_vec::<f32>()
-            .unwrap()
+        values(&model.embeddings.layer_norm.gamma)
             .iter()
-            .all(|&b| b == 0.0)
+            .all(|&g| g == 1.0)
     );
-    let head_bias = model
-        .head
-        .transform
-        .as_ref()
-        .unwrap()
-        .dense
-        .bias
-        .as_ref()
-        .unwrap();
-    assert!(
-        head_bias
-            .val()
-            .into_data()
-            .to_vec::<f32>()
-            .unwrap()
-            .iter()
-            .all(|&b| b == 0.0)
-    );
-    let gamma = model
-        .embeddings
-        .layer_norm
-        .gamma
-        .val()
-        .into_data()
-        .to_vec::<f32>()
-        .unwrap();
-    assert!(gamma.iter().all(|&g| g == 1.0));
 }
