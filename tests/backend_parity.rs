@@ -34,10 +34,10 @@ fn wgpu_matches_ndarray_on_every_reference_case() {
 #[test]
 fn first_step_loss_agrees_between_backends() {
     use burn::tensor::backend::AutodiffBackend;
-    use mlm_core::{MaskingConfig, masked_cross_entropy_with_labels};
+    use mlm_core::{MaskedCrossEntropy, MaskingConfig};
     use mlm_train::BertConfig;
     use mlm_train::data::make_batch;
-    use mlm_train::train::init_model;
+    use mlm_train::train::{forward_loss, init_model};
 
     fn first_loss<B: AutodiffBackend>(device: &B::Device) -> f32 {
         let config = BertConfig::new(300)
@@ -63,15 +63,7 @@ fn first_step_loss_agrees_between_backends() {
             .init()
             .unwrap();
         let batch = make_batch::<B>(&chunk, &mut masker, 0, device).unwrap();
-        let logits = model
-            .forward_masked(
-                batch.input_ids,
-                batch.token_type_ids,
-                batch.padding_mask,
-                batch.masked_positions,
-            )
-            .unwrap();
-        let out = masked_cross_entropy_with_labels(logits, batch.masked_targets).unwrap();
+        let out = forward_loss(&model, batch, &MaskedCrossEntropy::default()).unwrap();
         out.loss
             .into_data()
             .convert::<f32>()

@@ -400,8 +400,12 @@ pub fn evaluate<B: Backend>(
     })
 }
 
-/// Masked-LM loss of `model` on `batch` (logits at the masked positions only).
-pub(crate) fn forward_loss<B: Backend>(
+/// Masked-LM loss of `model` on `batch`: logits at the masked positions only, then
+/// `loss_fn` against the original ids.
+///
+/// # Errors
+/// [`MlmError`](mlm_core::MlmError) for a masked position outside the batch.
+pub fn forward_loss<B: Backend>(
     model: &BertForMaskedLm<B>,
     batch: MlmBatch<B>,
     loss_fn: &MaskedCrossEntropy,

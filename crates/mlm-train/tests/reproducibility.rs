@@ -6,23 +6,15 @@ use burn::backend::NdArray;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, ElementConversion, Tensor};
-use mlm_core::{MaskingConfig, masked_cross_entropy_with_labels};
+use mlm_core::{MaskedCrossEntropy, MaskingConfig};
 use mlm_train::data::{MlmBatch, make_shards};
-use mlm_train::train::init_model;
+use mlm_train::train::{forward_loss, init_model};
 use mlm_train::{BertConfig, BertForMaskedLm};
 
 type B = NdArray;
 
 fn summed_loss(model: &BertForMaskedLm<B>, batch: MlmBatch<B>) -> (f64, usize) {
-    let logits = model
-        .forward_masked(
-            batch.input_ids,
-            batch.token_type_ids,
-            batch.padding_mask,
-            batch.masked_positions,
-        )
-        .unwrap();
-    let out = masked_cross_entropy_with_labels(logits, batch.masked_targets).unwrap();
+    let out = forward_loss(model, batch, &MaskedCrossEntropy::default()).unwrap();
     (
         f64::from(out.loss_sum.into_scalar().elem::<f32>()),
         out.n_graded,
