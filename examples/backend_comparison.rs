@@ -3,7 +3,7 @@
 //! prints).
 //!
 //! Run: `cargo run --release --example backend_comparison`. The root package builds
-//! `mlm-train` with both backends; on a machine without a GPU, wgpu runs on lavapipe,
+//! `mlm-train` with every backend; on a machine without a GPU, wgpu runs on lavapipe,
 //! a CPU, and the table's adapter column says so.
 
 use mlm_train::TrainError;

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use burn::backend::{Autodiff, NdArray};
+use burn::backend::{Autodiff, Flex};
 use mlm_train::data::fetch_corpus;
 use mlm_train::predict::TrainedRun;
 use mlm_train::{TrainConfig, TrainError, train};
@@ -26,7 +26,7 @@ fn main() -> Result<(), TrainError> {
         .with_max_steps(max_steps)
         .with_eval_every(100);
     let device = Default::default();
-    let summary = train::<Autodiff<NdArray>>(config, &run_dir, &device, "ndarray")?;
+    let summary = train::<Autodiff<Flex>>(config, &run_dir, &device, "flex")?;
     println!(
         "held-out loss {:.3} nats vs unigram {:.3}; accuracy {:.1} %",
         summary.final_valid_loss,
@@ -35,7 +35,7 @@ fn main() -> Result<(), TrainError> {
     );
 
     // Use it: the newest checkpoint fills in a mask.
-    let trained = TrainedRun::<NdArray>::load(&run_dir, &Default::default())?;
+    let trained = TrainedRun::<Flex>::load(&run_dir, &Default::default())?;
     for prediction in trained.fill_mask(
         "The President shall [MASK] the Congress.",
         5,

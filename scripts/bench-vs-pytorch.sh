@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Head + loss, ours (burn-ndarray) against PyTorch eager with transformers' BertOnlyMLMHead,
+# Head + loss, ours (burn-ndarray and burn-flex) against PyTorch eager with transformers' BertOnlyMLMHead,
 # in one invocation on this machine: prints our time and peak memory over theirs.
 # A benchmark, not a test: CI does not run it. Usage: scripts/bench-vs-pytorch.sh [base|tiny]
 set -euo pipefail
@@ -24,8 +24,8 @@ HEAD_LOSS_JSON="$PWD/$out/ours.json" cargo bench -p mlm-core --bench head_loss -
 import json, sys
 ours = json.load(open(sys.argv[1]))
 theirs = {(r["shape"], r["variant"]): r for r in json.load(open(sys.argv[2]))}
-print("\n| shape | ours | PyTorch | our time (ms) | theirs (ms) | time ours/theirs | our peak (MiB) | theirs (MiB) | memory ours/theirs |")
-print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+print("\n| shape | ours | backend | PyTorch | our time (ms) | theirs (ms) | time ours/theirs | our peak (MiB) | theirs (MiB) | memory ours/theirs |")
+print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
 for r in ours:
     if r["variant"] != "sparse":
         continue
@@ -34,6 +34,6 @@ for r in ours:
         if t is None:
             continue
         mem = r["peak_mib"] / t["peak_mib"] if r["peak_mib"] and t["peak_mib"] > 0 else float("nan")
-        print(f"| {r['shape']} | sparse | {peer} | {r['median_ms']:.1f} | {t['median_ms']:.1f} | "
+        print(f"| {r['shape']} | sparse | {r['backend']} | {peer} | {r['median_ms']:.1f} | {t['median_ms']:.1f} | "
               f"{r['median_ms'] / t['median_ms']:.2f} | {r['peak_mib']:.0f} | {t['peak_mib']:.0f} | {mem:.2f} |")
 PY

@@ -1,5 +1,6 @@
-//! Head + loss, forward and backward, on `Autodiff<NdArray>`: BERT's transform, the decoder
-//! tied to a token embedding and the masked cross-entropy.
+//! Head + loss, forward and backward, on `Autodiff<NdArray>` and `Autodiff<Flex>` (Burn's two
+//! CPU backends): BERT's transform, the decoder tied to a token embedding and the masked
+//! cross-entropy.
 //!
 //! Variants, on the same hidden states, weights and masked positions:
 //! - `dense`: every row through the head, labels `-100` off the masked positions
@@ -14,18 +15,17 @@
 //! `cargo bench -p mlm-core --bench head_loss` runs criterion, then prints a table of peak
 //! memory (Linux's `VmHWM`, reset before each variant) and achieved GFLOP/s, counting
 //! 6 · rows · d_model · (vocab + d_model) FLOPs for forward + backward. Add `-- tiny` (or
-//! `-- base`) to run one shape only.
+//! `-- base`) to run one shape only, `-- ndarray` (or `-- flex`) for one backend only.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use burn::backend::{Autodiff, NdArray};
+use burn::backend::{Autodiff, Flex, NdArray};
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::tensor::{Distribution, Int, Tensor, TensorData};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{Distribution, ElementConversion, Int, Tensor, TensorData};
 use criterion::{BenchmarkId, Criterion, SamplingMode};
 use mlm_core::{MlmHead, MlmHeadConfig, masked_cross_entropy_with_labels};
-
-type B = Autodiff<NdArray>;
 
 /// One benchmark shape.
 struct Shape {
@@ -75,7 +75,8 @@ impl Variant {
 }
 
 /// Inputs of one shape: hidden states, an embedding to tie to, the head, masked positions.
-struct Setup {
+struct Setup<B: AutodiffBackend> {
+    backend: &'static str,
     shape: &'static Shape,
     head: MlmHead<B>,
     embedding: Tensor<B, 2>,
@@ -84,8 +85,8 @@ struct Setup {
     targets: Vec<i64>,
 }
 
-impl Setup {
-    fn new(shape: &'static Shape) -> Self {
+impl<B: AutodiffBackend> Setup<B> {
+    fn new(backend: &'static str, shape: &'static Shape) -> Self {
         let device = Default::default();
         <B as burn::tensor::backend::Backend>::seed(&device, 7);
         let rows = shape.batch * shape.seq;
@@ -99,6 +100,7 @@ impl Setup {
             .map(|&p| (p * 7919) % shape.vocab as i64)
             .collect();
         Self {
+            backend,
             shape,
             head: MlmHeadConfig::new(shape.d_model, shape.vocab).init(&device),
             embedding: Tensor::random(
@@ -170,28 +172,30 @@ impl Setup {
                 }
             }
         };
-        let value = loss.clone().into_scalar();
+        let value = loss.clone().into_scalar().elem::<f32>();
         black_box(loss.backward());
         value
     }
 }
 
-fn selected_shapes() -> Vec<&'static Shape> {
+/// The items of `all` named on the command line, or all of them if none is.
+fn selected<T>(all: &'static [T], name: impl Fn(&T) -> &str) -> Vec<&'static T> {
     let args: Vec<String> = std::env::args().collect();
-    let chosen: Vec<&'static Shape> = SHAPES
+    let chosen: Vec<&'static T> = all
         .iter()
-        .filter(|s| args.iter().any(|a| a == s.name))
+        .filter(|item| args.iter().any(|a| a == name(item)))
         .collect();
     if chosen.is_empty() {
-        SHAPES.iter().collect()
+        all.iter().collect()
     } else {
         chosen
     }
 }
 
-fn criterion_benches(c: &mut Criterion, setups: &[Setup]) {
+fn criterion_benches<B: AutodiffBackend>(c: &mut Criterion, setups: &[Setup<B>]) {
     for setup in setups {
-        let mut group = c.benchmark_group(format!("head_loss/{}", setup.shape.name));
+        let mut group =
+            c.benchmark_group(format!("head_loss/{}/{}", setup.shape.name, setup.backend));
         // Ten single-step samples: a dense BERT-base step takes seconds on a CPU.
         group
             .sample_size(10)
@@ -207,15 +211,12 @@ fn criterion_benches(c: &mut Criterion, setups: &[Setup]) {
     }
 }
 
-/// Peak memory and GFLOP/s per variant, each from a median of three steps after one warm-up;
-/// printed as Markdown, and written as JSON to `$HEAD_LOSS_JSON` when it is set (what
-/// `scripts/bench-vs-pytorch.sh` compares with PyTorch).
-fn memory_and_throughput_table(setups: &[Setup]) {
-    let mut rows = Vec::new();
-    println!(
-        "\n| shape | variant | rows through the head | median step (ms) | GFLOP/s | peak RSS above baseline (MiB) | loss |"
-    );
-    println!("|---|---|---:|---:|---:|---:|---:|");
+/// Median step time (of three, after one warm-up), peak memory and GFLOP/s per variant,
+/// appended to `rows`.
+fn measure_memory_and_throughput<B: AutodiffBackend>(
+    setups: &[Setup<B>],
+    rows: &mut Vec<serde_json::Value>,
+) {
     for setup in setups {
         for variant in VARIANTS {
             let baseline = rss_mib("VmRSS:");
@@ -233,30 +234,41 @@ fn memory_and_throughput_table(setups: &[Setup]) {
             times.sort_by(f64::total_cmp);
             let median = times[1];
             let peak_mib = peak.zip(baseline).map(|(peak, baseline)| peak - baseline);
-            let memory = peak_mib.map_or("–".into(), |m| format!("{m:.0}"));
-            println!(
-                "| {} | {} | {} | {:.1} | {:.1} | {} | {:.4} |",
-                setup.shape.name,
-                variant.name(),
-                setup.rows(variant),
-                1e3 * median,
-                setup.flops(variant) / median / 1e9,
-                memory,
-                loss
-            );
             rows.push(serde_json::json!({
                 "shape": setup.shape.name,
+                "backend": setup.backend,
                 "variant": variant.name(),
                 "rows": setup.rows(variant),
                 "median_ms": 1e3 * median,
+                "gflops": setup.flops(variant) / median / 1e9,
                 "peak_mib": peak_mib,
                 "loss": loss,
             }));
         }
     }
-    if let Ok(path) = std::env::var("HEAD_LOSS_JSON") {
-        let json = serde_json::to_string_pretty(&rows).expect("rows serialise");
-        std::fs::write(&path, json).unwrap_or_else(|e| panic!("writing {path}: {e}"));
+}
+
+/// The rows as Markdown; written as JSON to `$HEAD_LOSS_JSON` too (what
+/// `scripts/bench-vs-pytorch.sh` compares with PyTorch).
+fn print_table(rows: &[serde_json::Value]) {
+    println!(
+        "\n| shape | backend | variant | rows through the head | median step (ms) | GFLOP/s | peak RSS above baseline (MiB) | loss |"
+    );
+    println!("|---|---|---|---:|---:|---:|---:|---:|");
+    for r in rows {
+        let memory = r["peak_mib"]
+            .as_f64()
+            .map_or("–".into(), |m| format!("{m:.0}"));
+        println!(
+            "| {} | {} | {} | {} | {:.1} | {:.1} | {memory} | {:.4} |",
+            r["shape"].as_str().unwrap_or_default(),
+            r["backend"].as_str().unwrap_or_default(),
+            r["variant"].as_str().unwrap_or_default(),
+            r["rows"],
+            r["median_ms"].as_f64().unwrap_or(f64::NAN),
+            r["gflops"].as_f64().unwrap_or(f64::NAN),
+            r["loss"].as_f64().unwrap_or(f64::NAN),
+        );
     }
 }
 
@@ -266,10 +278,34 @@ fn rss_mib(field: &str) -> Option<f64> {
     Some(line.split_whitespace().nth(1)?.parse::<f64>().ok()? / 1024.0)
 }
 
+/// Criterion, then the memory and throughput rows, for every selected shape on backend `B`
+/// called `name`.
+fn bench_backend<B: AutodiffBackend>(
+    name: &'static str,
+    criterion: &mut Criterion,
+    rows: &mut Vec<serde_json::Value>,
+) {
+    let setups: Vec<Setup<B>> = selected(&SHAPES, |s| s.name)
+        .into_iter()
+        .map(|shape| Setup::new(name, shape))
+        .collect();
+    criterion_benches(criterion, &setups);
+    measure_memory_and_throughput(&setups, rows);
+}
+
 fn main() {
-    let setups: Vec<Setup> = selected_shapes().into_iter().map(Setup::new).collect();
     let mut criterion = Criterion::default().configure_from_args();
-    criterion_benches(&mut criterion, &setups);
+    let mut rows = Vec::new();
+    for backend in selected(&["ndarray", "flex"], |name| name) {
+        match *backend {
+            "ndarray" => bench_backend::<Autodiff<NdArray>>(backend, &mut criterion, &mut rows),
+            _ => bench_backend::<Autodiff<Flex>>(backend, &mut criterion, &mut rows),
+        }
+    }
     criterion.final_summary();
-    memory_and_throughput_table(&setups);
+    print_table(&rows);
+    if let Ok(path) = std::env::var("HEAD_LOSS_JSON") {
+        let json = serde_json::to_string_pretty(&rows).expect("rows serialise");
+        std::fs::write(&path, json).unwrap_or_else(|e| panic!("writing {path}: {e}"));
+    }
 }

@@ -51,7 +51,7 @@ pub struct BackendBenchConfig {
 /// One backend's row of the comparison.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BackendBench {
-    /// `ndarray` or `wgpu`.
+    /// `ndarray`, `flex` or `wgpu`.
     pub backend: String,
     /// The device it ran on: on a machine without a GPU, wgpu's is lavapipe, a CPU.
     pub adapter: Adapter,

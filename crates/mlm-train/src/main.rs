@@ -46,7 +46,7 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         top_k: usize,
         /// Backend.
-        #[arg(long, value_enum, default_value = "ndarray")]
+        #[arg(long, value_enum, default_value = "flex")]
         backend: BackendKind,
         /// Text with one or more [MASK].
         text: String,
@@ -60,7 +60,7 @@ enum Command {
         #[arg(long)]
         corpus: Option<PathBuf>,
         /// Backend.
-        #[arg(long, value_enum, default_value = "ndarray")]
+        #[arg(long, value_enum, default_value = "flex")]
         backend: BackendKind,
     },
     /// Import a Hugging Face BertForMaskedLM folder (config.json, model.safetensors,
@@ -75,7 +75,7 @@ enum Command {
         #[arg(long, default_value = DEFAULT_CORPUS)]
         corpus: PathBuf,
         /// Backend.
-        #[arg(long, value_enum, default_value = "ndarray")]
+        #[arg(long, value_enum, default_value = "flex")]
         backend: BackendKind,
     },
     /// Export the newest checkpoint of a run as a Hugging Face BertForMaskedLM folder
@@ -87,7 +87,7 @@ enum Command {
         /// The folder to write.
         out: PathBuf,
         /// Backend.
-        #[arg(long, value_enum, default_value = "ndarray")]
+        #[arg(long, value_enum, default_value = "flex")]
         backend: BackendKind,
     },
     /// Benchmarks: numbers to read, not tests.
@@ -170,7 +170,7 @@ struct TrainArgs {
     #[arg(long, value_name = "DIR", conflicts_with = "run")]
     resume: Option<PathBuf>,
     /// Backend.
-    #[arg(long, value_enum, default_value = "ndarray")]
+    #[arg(long, value_enum, default_value = "flex")]
     backend: BackendKind,
     /// A TrainConfig JSON (as a run's config.json) to start from; flags override it.
     #[arg(long)]

@@ -7,14 +7,14 @@
 //! import and export are a table of names.
 
 use burn::config::Config;
-use burn::module::{Initializer, Module};
+use burn::module::{Initializer, Module, Param};
 use burn::nn::{
     Dropout, DropoutConfig, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear,
     LinearConfig,
 };
 use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, Int, Tensor};
+use burn::tensor::{Bool, Int, Tensor, TensorData};
 use mlm_core::{MlmError, MlmHead, MlmHeadConfig, gelu};
 
 /// Sizes of a BERT, with Hugging Face's `BertConfig` names; saved as JSON in a run directory.
@@ -52,6 +52,13 @@ pub struct BertConfig {
     /// Standard deviation of the normal initialisation of weights and embeddings (BERT: 0.02).
     #[config(default = 0.02)]
     pub initializer_range: f64,
+    /// Start the learned position table from sinusoids (Vaswani et al. 2017, §3.5) scaled to
+    /// standard deviation `initializer_range`, instead of BERT's normal draw. The table is
+    /// still trained, and the model is still a Hugging Face BERT; but attention to a
+    /// neighbouring position is a fixed rotation of sinusoids, which the tiny model learns far
+    /// sooner than from random rows (README, "The main job").
+    #[config(default = false)]
+    pub sinusoidal_positions: bool,
 }
 
 impl BertConfig {
@@ -147,7 +154,7 @@ impl BertConfig {
                 },
             })
             .collect();
-        BertForMaskedLm {
+        let model = BertForMaskedLm {
             embeddings: BertEmbeddings {
                 word_embeddings: embedding(self.vocab_size),
                 position_embeddings: embedding(self.max_position_embeddings),
@@ -160,7 +167,26 @@ impl BertConfig {
                 .with_layer_norm_eps(self.layer_norm_eps)
                 .with_initializer(normal)
                 .init(device),
+        };
+        self.with_initial_positions(model)
+    }
+
+    /// `model` with the sinusoidal position table if [`sinusoidal_positions`] is set
+    /// (unchanged otherwise); for initialisers that redraw every weight.
+    ///
+    /// [`sinusoidal_positions`]: Self::sinusoidal_positions
+    pub fn with_initial_positions<B: Backend>(
+        &self,
+        mut model: BertForMaskedLm<B>,
+    ) -> BertForMaskedLm<B> {
+        if self.sinusoidal_positions {
+            let (n, d) = (self.max_position_embeddings, self.hidden_size);
+            let device = model.embeddings.position_embeddings.weight.device();
+            let table =
+                Tensor::from_data(sinusoidal_positions(n, d, self.initializer_range), &device);
+            model.embeddings.position_embeddings.weight = Param::from_tensor(table);
         }
+        model
     }
 
     /// Number of trainable parameters (the tied decoder counted once).
@@ -171,6 +197,23 @@ impl BertConfig {
         let head = d * d + d + 2 * d + v;
         embeddings + self.num_hidden_layers * layer + head
     }
+}
+
+/// The `[positions, d_model]` table `P[p, 2i] = s·sin(p / 10000^(2i/d))`,
+/// `P[p, 2i+1] = s·cos(p / 10000^(2i/d))` (Vaswani et al. 2017, §3.5), with `s = std·√2` so
+/// that its entries have standard deviation `std`, like a normal draw.
+pub fn sinusoidal_positions(positions: usize, d_model: usize, std: f64) -> TensorData {
+    let scale = std * std::f64::consts::SQRT_2;
+    let table: Vec<f32> = (0..positions)
+        .flat_map(|p| {
+            (0..d_model).map(move |i| {
+                let angle = p as f64 / 10_000f64.powf((i - i % 2) as f64 / d_model as f64);
+                let wave = if i % 2 == 0 { angle.sin() } else { angle.cos() };
+                (scale * wave) as f32
+            })
+        })
+        .collect();
+    TensorData::new(table, [positions, d_model])
 }
 
 /// Token + position + segment embeddings, then LayerNorm and dropout.

@@ -237,7 +237,7 @@ pub struct Summary {
     pub steps: usize,
     /// Trainable parameters.
     pub parameters: usize,
-    /// Backend name (`ndarray`, `wgpu`).
+    /// Backend name (`flex`, `ndarray`, `wgpu`).
     pub backend: String,
     /// The device the backend ran on, in words.
     pub adapter: String,

@@ -112,3 +112,63 @@ fn initial_weights_depend_on_the_seed_alone() {
             .all(|&g| g == 1.0)
     );
 }
+
+/// With `sinusoidal_positions`, the seeded initialiser keeps the sinusoidal table (it
+/// redraws every other matrix): row 0 is `[0, s, 0, s, …]` and entry (p, 0) is `s·sin(p)`,
+/// `s = 0.02·√2`; its entries have standard deviation 0.02 like the normal draw it replaces.
+#[test]
+fn the_sinusoidal_position_table_survives_the_seeded_initialiser() {
+    let config = BertConfig::new(50)
+        .with_hidden_size(16)
+        .with_intermediate_size(32)
+        .with_max_position_embeddings(64)
+        .with_sinusoidal_positions(true);
+    let model = init_model::<B>(&config, 3, &Default::default());
+    let table: Vec<f32> = model
+        .embeddings
+        .position_embeddings
+        .weight
+        .val()
+        .into_data()
+        .into_vec()
+        .unwrap();
+    let s = 0.02 * std::f64::consts::SQRT_2;
+    let at = |p: usize, i: usize| f64::from(table[p * 16 + i]);
+    for i in 0..16 {
+        let expected = if i % 2 == 0 { 0.0 } else { s };
+        assert!(
+            (at(0, i) - expected).abs() < 1e-7,
+            "P[0, {i}] = {}",
+            at(0, i)
+        );
+    }
+    for p in [1, 7, 63] {
+        let expected = s * (p as f64).sin();
+        assert!(
+            (at(p, 0) - expected).abs() < 1e-7,
+            "P[{p}, 0] = {}",
+            at(p, 0)
+        );
+    }
+    let mean_square = table.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / 1024.0;
+    assert!(
+        (mean_square.sqrt() - 0.02).abs() < 0.003,
+        "rms {}",
+        mean_square.sqrt()
+    );
+
+    // Without the flag the table is the seeded normal draw, not sinusoids.
+    let normal = init_model::<B>(
+        &config.clone().with_sinusoidal_positions(false),
+        3,
+        &Default::default(),
+    );
+    let first: f32 = normal
+        .embeddings
+        .position_embeddings
+        .weight
+        .val()
+        .slice([0..1, 1..2])
+        .into_scalar();
+    assert!((f64::from(first) - s).abs() > 1e-4);
+}
