@@ -195,8 +195,17 @@ pub fn load_model<B: Backend>(
 ) -> Result<BertForMaskedLm<B>, TrainError> {
     let file = dir.join("model.mpk");
     let record: <BertForMaskedLm<B> as Module<B>>::Record =
-        Recorder::<B>::load(&recorder(), dir.join("model"), device)
-            .map_err(|e| checkpoint_error(&file, format!("cannot be read: {e}")))?;
+        Recorder::<B>::load(&recorder(), dir.join("model"), device).map_err(|e| {
+            // Burn's message for a truncated file talks of record-format versions.
+            checkpoint_error(
+                &file,
+                format!(
+                    "cannot be read: the file is truncated or corrupt (an older checkpoint \
+                         in {} may be intact). Burn says: {e}",
+                    dir.parent().unwrap_or(dir).display()
+                ),
+            )
+        })?;
     // Burn panics on a layer count that differs and loads tensors of any shape: check
     // both against the run's config.json before and after loading.
     if record.layers.len() != config.num_hidden_layers {

@@ -86,8 +86,11 @@ impl BertConfig {
                 self.attention_probs_dropout_prob,
             ),
         ] {
-            if !(0.0..=1.0).contains(&p) {
-                return Err(format!("{name} = {p} is not a probability in [0, 1]"));
+            // p = 1 drops every activation: the scaled survivors are 0 / 0 = NaN.
+            if !(0.0..1.0).contains(&p) {
+                return Err(format!(
+                    "{name} = {p} is not a dropout probability in [0, 1)"
+                ));
             }
         }
         if !self.hidden_size.is_multiple_of(self.num_attention_heads) {

@@ -191,8 +191,16 @@ impl RunDir {
     /// Loads the run's configuration.
     ///
     /// # Errors
+    /// [`TrainError::InvalidInput`] if the folder has no `config.json` (it is not a run);
     /// [`TrainError::Json`] / [`TrainError::Io`] naming `config.json`.
     pub fn load_config(&self) -> Result<TrainConfig, TrainError> {
+        if !self.config().is_file() {
+            return Err(TrainError::InvalidInput(format!(
+                "{} is not a run directory: it has no config.json (`mlm-train train --run DIR` \
+                 makes one)",
+                self.0.display()
+            )));
+        }
         read_json(&self.config())
     }
 }

@@ -204,7 +204,10 @@ fn broken_checkpoints_and_incompatible_configs_are_typed_errors() {
         }
     };
     let reason = checkpoint_reason(case("truncated-model", &truncate("model.mpk")), "model.mpk");
-    assert!(reason.contains("cannot be read"), "{reason}");
+    assert!(
+        reason.contains("cannot be read: the file is truncated or corrupt"),
+        "{reason}"
+    );
     checkpoint_reason(
         case("truncated-optimizer", &truncate("optimizer.mpk")),
         "optimizer.mpk",
@@ -269,6 +272,29 @@ fn broken_checkpoints_and_incompatible_configs_are_typed_errors() {
         case("vocab", &incompatible(|c| c.model.vocab_size = 301)),
         TrainError::Config(m) if m.contains("has 300 tokens, but config.json says vocab_size = 301")
     ));
+
+    // A folder that is not a run is named as such, for resume and for predict / eval.
+    let not_a_run = tmp.path().join("not-a-run");
+    std::fs::create_dir(&not_a_run).unwrap();
+    let is_not_a_run = |err: TrainError| matches!(err, TrainError::InvalidInput(m) if m.contains("is not a run directory: it has no config.json"));
+    assert!(is_not_a_run(
+        resume::<B>(&not_a_run, Some(20), &Default::default(), "ndarray").unwrap_err()
+    ));
+    assert!(is_not_a_run(
+        TrainedRun::<NdArray>::load(&not_a_run, &Default::default())
+            .err()
+            .unwrap()
+    ));
+
+    // Dropout 1 would zero every activation and scale by 1 / 0: refused up front.
+    let reason = BertConfig::new(300)
+        .with_hidden_dropout_prob(1.0)
+        .validate()
+        .unwrap_err();
+    assert!(
+        reason.contains("is not a dropout probability in [0, 1)"),
+        "{reason}"
+    );
 
     // Fill-mask on a text longer than the position table (32) is refused.
     let trained = TrainedRun::<NdArray>::load(&run, &Default::default()).unwrap();
