@@ -55,8 +55,9 @@ pub struct BertConfig {
     /// Start the learned position table from sinusoids (Vaswani et al. 2017, §3.5) scaled to
     /// standard deviation `initializer_range`, instead of BERT's normal draw. The table is
     /// still trained, and the model is still a Hugging Face BERT; but attention to a
-    /// neighbouring position is a fixed rotation of sinusoids, which the tiny model learns far
-    /// sooner than from random rows (README, "The main job").
+    /// neighbouring position is a fixed rotation of sinusoids rather than something to learn
+    /// from random rows. It lowered the tiny model's held-out loss by 0.08 nats after 400
+    /// steps (README, "What the main job learns").
     #[config(default = false)]
     pub sinusoidal_positions: bool,
 }
