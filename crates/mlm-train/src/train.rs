@@ -63,7 +63,8 @@ pub struct TrainConfig {
     #[config(default = 100)]
     pub warmup_steps: usize,
     /// Optimizer steps in the run; the learning rate decays linearly to 0 at this step.
-    /// The default trains for about 5 minutes on a 2-core CPU with flex (README, "The main job").
+    /// The default trains for about 5 minutes on a 2-core CPU with flex (README, "The two
+    /// commands").
     #[config(default = 1200)]
     pub max_steps: usize,
     /// AdamW decoupled weight decay.
