@@ -217,6 +217,10 @@ struct TrainArgs {
     /// Dropout (hidden and attention).
     #[arg(long)]
     dropout: Option<f64>,
+    /// Start the first layer's heads on the neighbouring tokens (true unless set to false;
+    /// `local_attention_init` in config.json, README "What the main job learns").
+    #[arg(long, value_name = "BOOL")]
+    local_attention_init: Option<bool>,
     /// Validate every N steps.
     #[arg(long)]
     eval_every: Option<usize>,
@@ -250,6 +254,7 @@ impl TrainArgs {
             heads => model.num_attention_heads, intermediate_size => model.intermediate_size,
             eval_every => eval_every, checkpoint_every => checkpoint_every, seed => seed,
             mlm_probability => mlm_probability,
+            local_attention_init => model.local_attention_init,
         );
         if let Some(tokenizer) = &self.tokenizer {
             c.tokenizer = Some(tokenizer.clone());
@@ -297,6 +302,14 @@ fn run(cli: Cli) -> Result<(), TrainError> {
                 summary.tokens_per_second,
                 summary.wall_time_seconds
             );
+            println!(
+                "{}",
+                loss_by_input(
+                    summary.valid_mask_loss,
+                    summary.valid_random_loss,
+                    summary.valid_unchanged_loss
+                )
+            );
             println!("run saved in {}", run.display());
             Ok(())
         }
@@ -340,7 +353,11 @@ fn run(cli: Cli) -> Result<(), TrainError> {
                 eval.loss,
                 100.0 * eval.accuracy,
                 eval.perplexity(),
-                eval.n_masked
+                eval.n_masked,
+            );
+            println!(
+                "{}",
+                loss_by_input(eval.mask_loss, eval.random_loss, eval.unchanged_loss)
             );
             Ok(())
         }),
@@ -370,6 +387,14 @@ fn run(cli: Cli) -> Result<(), TrainError> {
             Ok(())
         }),
     }
+}
+
+/// The held-out loss split by what the input showed at the graded positions.
+fn loss_by_input(mask: f64, random: f64, unchanged: f64) -> String {
+    format!(
+        "held-out loss where the input was [MASK] {mask:.4}, a random token {random:.4}, \
+         the original token {unchanged:.4}"
+    )
 }
 
 fn main() -> ExitCode {

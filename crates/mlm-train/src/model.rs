@@ -60,6 +60,26 @@ pub struct BertConfig {
     /// steps (README, "What the main job learns").
     #[config(default = false)]
     pub sinusoidal_positions: bool,
+    /// Start the first encoder layer as a reader of the neighbouring tokens, so that a masked
+    /// position sees its context from the first step rather than after the long plateau in
+    /// which a randomly initialised BERT learns where its neighbours are:
+    /// - the position table is [`evenly_spread_positions`]: sinusoids whose frequencies are
+    ///   spread evenly over (0, π), so that its rows are nearly orthogonal and a shift by δ
+    ///   positions is a fixed rotation of them;
+    /// - the query and key of head `h` are that rotation (see [`neighbour_query_key`]), so
+    ///   that head 0 attends to the previous token, head 1 to the next, head 2 to the one
+    ///   before that, and so on;
+    /// - the value and attention output projections are identities, so that the token a
+    ///   head reads reaches the residual stream unchanged.
+    ///
+    /// Every weight is still trained and the model is still a Hugging Face BERT: only the
+    /// initial values differ. After 400 steps of the tiny model the held-out loss at `[MASK]`
+    /// inputs was 5.52 nats with it and 6.58 (the unigram level: no context used) without;
+    /// the main job ends 2.08 nats below the unigram baseline with it and 0.69 without
+    /// (README, "What the main job learns"). It sets its own position table, so it cannot be
+    /// combined with `sinusoidal_positions`.
+    #[config(default = false)]
+    pub local_attention_init: bool,
 }
 
 impl BertConfig {
@@ -93,6 +113,13 @@ impl BertConfig {
                     "{name} = {p} is not a dropout probability in [0, 1)"
                 ));
             }
+        }
+        if self.sinusoidal_positions && self.local_attention_init {
+            return Err(
+                "sinusoidal_positions and local_attention_init both set the initial \
+                        position table: choose one"
+                    .into(),
+            );
         }
         if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(format!(
@@ -172,23 +199,43 @@ impl BertConfig {
                 .with_initializer(normal)
                 .init(device),
         };
-        self.with_initial_positions(model)
+        self.with_initial_values(model)
     }
 
-    /// `model` with the sinusoidal position table if [`sinusoidal_positions`] is set
-    /// (unchanged otherwise); for initialisers that redraw every weight.
+    /// `model` with the initial values that [`sinusoidal_positions`] and
+    /// [`local_attention_init`] ask for (unchanged if neither is set); for initialisers that
+    /// redraw every weight.
     ///
     /// [`sinusoidal_positions`]: Self::sinusoidal_positions
-    pub fn with_initial_positions<B: Backend>(
+    /// [`local_attention_init`]: Self::local_attention_init
+    pub fn with_initial_values<B: Backend>(
         &self,
         mut model: BertForMaskedLm<B>,
     ) -> BertForMaskedLm<B> {
-        if self.sinusoidal_positions {
-            let (n, d) = (self.max_position_embeddings, self.hidden_size);
-            let device = model.embeddings.position_embeddings.weight.device();
-            let table =
-                Tensor::from_data(sinusoidal_positions(n, d, self.initializer_range), &device);
-            model.embeddings.position_embeddings.weight = Param::from_tensor(table);
+        let (n, d, std) = (
+            self.max_position_embeddings,
+            self.hidden_size,
+            self.initializer_range,
+        );
+        let device = model.embeddings.position_embeddings.weight.device();
+        let matrix = |data: TensorData| Param::from_tensor(Tensor::from_data(data, &device));
+        let table = if self.local_attention_init {
+            Some(evenly_spread_positions(n, d, std))
+        } else if self.sinusoidal_positions {
+            Some(sinusoidal_positions(n, d, std))
+        } else {
+            None
+        };
+        if let Some(table) = table {
+            model.embeddings.position_embeddings.weight = matrix(table);
+        }
+        if let (true, Some(layer)) = (self.local_attention_init, model.layers.first_mut()) {
+            let (query, key) = neighbour_query_key(d, self.num_attention_heads);
+            let attention = &mut layer.attention;
+            attention.self_attention.query.weight = matrix(query);
+            attention.self_attention.key.weight = matrix(key);
+            attention.self_attention.value.weight = matrix(identity(d));
+            attention.output.dense.weight = matrix(identity(d));
         }
         model
     }
@@ -207,17 +254,87 @@ impl BertConfig {
 /// `P[p, 2i+1] = s·cos(p / 10000^(2i/d))` (Vaswani et al. 2017, §3.5), with `s = std·√2` so
 /// that its entries have standard deviation `std`, like a normal draw.
 pub fn sinusoidal_positions(positions: usize, d_model: usize, std: f64) -> TensorData {
+    sinusoids(positions, d_model, std, |i| {
+        10_000f64.powf(-((2 * i) as f64) / d_model as f64)
+    })
+}
+
+/// The `[positions, d_model]` table `P[p, 2i] = s·sin(p·ω_i)`, `P[p, 2i+1] = s·cos(p·ω_i)`
+/// with `ω_i = π (i + ½) / (d/2)`: frequencies spread evenly over (0, π) rather than
+/// geometrically as in [`sinusoidal_positions`], and `s = std·√2`. Row `p` dotted with row
+/// `q` is `s² Σ_i cos((p − q) ω_i)`, `s² d/2` at `p = q` and near 0 elsewhere, so that a head
+/// can single out one offset (a geometric spread leaves neighbouring rows nearly parallel).
+pub fn evenly_spread_positions(positions: usize, d_model: usize, std: f64) -> TensorData {
+    sinusoids(positions, d_model, std, |i| even_frequency(i, d_model))
+}
+
+fn even_frequency(i: usize, d_model: usize) -> f64 {
+    std::f64::consts::PI * (i as f64 + 0.5) / (d_model / 2).max(1) as f64
+}
+
+/// `P[p, 2i] = s·sin(p·ω_i)`, `P[p, 2i+1] = s·cos(p·ω_i)`, `s = std·√2`.
+fn sinusoids(
+    positions: usize,
+    d_model: usize,
+    std: f64,
+    frequency: impl Fn(usize) -> f64,
+) -> TensorData {
     let scale = std * std::f64::consts::SQRT_2;
+    let frequency = &frequency;
     let table: Vec<f32> = (0..positions)
         .flat_map(|p| {
             (0..d_model).map(move |i| {
-                let angle = p as f64 / 10_000f64.powf((i - i % 2) as f64 / d_model as f64);
+                let angle = p as f64 * frequency(i / 2);
                 let wave = if i % 2 == 0 { angle.sin() } else { angle.cos() };
                 (scale * wave) as f32
             })
         })
         .collect();
     TensorData::new(table, [positions, d_model])
+}
+
+/// Query and key weights, `[d_model, d_model]` each (burn's `[d_in, d_out]`), under which
+/// head `h` attends to the token at offset `δ_h = −1, +1, −2, +2, …` over hidden states
+/// `LayerNorm(token + position)` whose position part is [`evenly_spread_positions`].
+///
+/// Head `h` owns output columns `h·d_head..(h+1)·d_head`, one pair of them per sinusoid pair
+/// `i` it reads (pairs `h, h+2, h+4, …` modulo `d/2`). Its query copies the pair and its key
+/// rotates it by `−ω_i δ_h`, so the score of query `p` and key `q` is
+/// `c² Σ_i cos((q − p − δ_h) ω_i) / √d_head` on the position parts: largest at `q = p + δ_h`.
+/// `c = 2.5` puts about 97 % of each head's attention on its offset at initialisation over
+/// random tokens in the tiny model (d_model 128, 2 heads; the token parts add noise around
+/// the position scores). Smaller (1.5) or larger (3.5) values trained worse in 400-step runs.
+pub fn neighbour_query_key(d_model: usize, heads: usize) -> (TensorData, TensorData) {
+    const C: f64 = 2.5;
+    let d_head = d_model / heads;
+    let (mut query, mut key) = (vec![0f32; d_model * d_model], vec![0f32; d_model * d_model]);
+    for h in 0..heads {
+        let hop = (h / 2 + 1) as f64;
+        let offset = if h % 2 == 0 { -hop } else { hop };
+        for j in 0..d_head / 2 {
+            let pair = (2 * j + h) % (d_model / 2);
+            let (sin, cos) = (even_frequency(pair, d_model) * offset).sin_cos();
+            let (row_sin, row_cos) = (2 * pair, 2 * pair + 1);
+            let (col_a, col_b) = (h * d_head + 2 * j, h * d_head + 2 * j + 1);
+            let at = |row: usize, col: usize| row * d_model + col;
+            query[at(row_sin, col_a)] = C as f32;
+            query[at(row_cos, col_b)] = C as f32;
+            // (sin a, cos a) ↦ (sin(a − θ), cos(a − θ)), θ = ω δ.
+            key[at(row_sin, col_a)] = (C * cos) as f32;
+            key[at(row_cos, col_a)] = (-C * sin) as f32;
+            key[at(row_sin, col_b)] = (C * sin) as f32;
+            key[at(row_cos, col_b)] = (C * cos) as f32;
+        }
+    }
+    let shape = [d_model, d_model];
+    (TensorData::new(query, shape), TensorData::new(key, shape))
+}
+
+/// The `[d, d]` identity.
+fn identity(d: usize) -> TensorData {
+    let mut m = vec![0f32; d * d];
+    m.iter_mut().step_by(d + 1).for_each(|x| *x = 1.0);
+    TensorData::new(m, [d, d])
 }
 
 /// Token + position + segment embeddings, then LayerNorm and dropout.
@@ -273,19 +390,32 @@ impl<B: Backend> BertSelfAttention<B> {
     /// number at padding keys) → context `[batch, seq, d_model]`.
     pub fn forward(&self, hidden: Tensor<B, 3>, mask_bias: Tensor<B, 4>) -> Tensor<B, 3> {
         let [batch, seq, d_model] = hidden.dims();
-        let heads = self.num_attention_heads;
-        let head_dim = d_model / heads;
-        let split_heads =
-            |x: Tensor<B, 3>| x.reshape([batch, seq, heads, head_dim]).swap_dims(1, 2);
-        let query = split_heads(self.query.forward(hidden.clone()));
-        let key = split_heads(self.key.forward(hidden.clone()));
-        let value = split_heads(self.value.forward(hidden));
-        let scores = query.matmul(key.transpose()) / (head_dim as f64).sqrt() + mask_bias;
-        let probs = self.dropout.forward(softmax(scores, 3));
+        let value = self.split_heads(self.value.forward(hidden.clone()));
+        let probs = self.dropout.forward(self.probabilities(hidden, mask_bias));
         probs
             .matmul(value)
             .swap_dims(1, 2)
             .reshape([batch, seq, d_model])
+    }
+
+    /// Attention probabilities `[batch, heads, query, key]` (rows sum to 1), before dropout;
+    /// arguments as in [`forward`](Self::forward).
+    pub fn probabilities(&self, hidden: Tensor<B, 3>, mask_bias: Tensor<B, 4>) -> Tensor<B, 4> {
+        let head_dim = hidden.dims()[2] / self.num_attention_heads;
+        let query = self.split_heads(self.query.forward(hidden.clone()));
+        let key = self.split_heads(self.key.forward(hidden));
+        softmax(
+            query.matmul(key.transpose()) / (head_dim as f64).sqrt() + mask_bias,
+            3,
+        )
+    }
+
+    /// `[batch, seq, d_model]` → `[batch, heads, seq, d_head]`.
+    fn split_heads(&self, x: Tensor<B, 3>) -> Tensor<B, 4> {
+        let [batch, seq, d_model] = x.dims();
+        let heads = self.num_attention_heads;
+        x.reshape([batch, seq, heads, d_model / heads])
+            .swap_dims(1, 2)
     }
 }
 

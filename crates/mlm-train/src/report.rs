@@ -206,6 +206,8 @@ pub fn plot_loss_curve(
     }
     chart
         .configure_series_labels()
+        // Top right: the curves start high on the left and end low on the right.
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .label_font(("sans-serif", 16))
@@ -223,6 +225,12 @@ pub struct Summary {
     pub valid_accuracy: f64,
     /// Held-out perplexity, `exp(final_valid_loss)`.
     pub valid_perplexity: f64,
+    /// Held-out loss at the graded positions whose input was `[MASK]`: the context's share.
+    pub valid_mask_loss: f64,
+    /// Held-out loss at the graded positions whose input was a random token.
+    pub valid_random_loss: f64,
+    /// Held-out loss at the graded positions whose input was the original token (copyable).
+    pub valid_unchanged_loss: f64,
     /// Entropy of the training tokens' unigram distribution (nats): a context-free model's loss.
     pub unigram_entropy: f64,
     /// `unigram_entropy - final_valid_loss`, nats gained from context.

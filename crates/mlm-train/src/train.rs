@@ -16,7 +16,7 @@ use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, Optimizer}
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Distribution, ElementConversion, Tensor, TensorData};
 use indicatif::{ProgressBar, ProgressStyle};
-use mlm_core::{MaskedCrossEntropy, Masker, MaskingConfig};
+use mlm_core::{IGNORE_INDEX, MaskedCrossEntropy, Masker, MaskingConfig};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -32,7 +32,7 @@ pub struct TrainConfig {
     /// A `.txt` file or a folder of them.
     pub corpus: PathBuf,
     /// Model sizes; `vocab_size` is set from the tokenizer.
-    #[config(default = "BertConfig::new(8192).with_sinusoidal_positions(true)")]
+    #[config(default = "BertConfig::new(8192).with_local_attention_init(true)")]
     pub model: BertConfig,
     /// A `tokenizer.json` or `vocab.txt` to use instead of training one.
     #[config(default = "None")]
@@ -168,6 +168,14 @@ pub struct EvalMetrics {
     pub accuracy: f64,
     /// Number of masked tokens graded.
     pub n_masked: usize,
+    /// Mean loss at the graded positions whose input was `[MASK]` (80 % of them, BERT §3.1),
+    /// nats: what the model predicts from the context alone.
+    pub mask_loss: f64,
+    /// Mean loss at the graded positions whose input was a random token (10 %), nats.
+    pub random_loss: f64,
+    /// Mean loss at the graded positions whose input was the original token (10 %), nats:
+    /// there the model can copy what it sees.
+    pub unchanged_loss: f64,
 }
 
 impl EvalMetrics {
@@ -339,8 +347,9 @@ fn masker(
 }
 
 /// A model initialised from `seed` on the host, identically on every backend:
-/// every matrix and embedding ~ N(0, initializer_range), biases 0, LayerNorm gains 1; the
-/// position table sinusoidal instead if `config.sinusoidal_positions`.
+/// every matrix and embedding ~ N(0, initializer_range), biases 0, LayerNorm gains 1; then
+/// the structured initial values of `config.sinusoidal_positions` and
+/// `config.local_attention_init` ([`BertConfig::with_initial_values`]).
 pub fn init_model<B: Backend>(
     config: &BertConfig,
     seed: u64,
@@ -374,7 +383,7 @@ pub fn init_model<B: Backend>(
         rng: StdRng::seed_from_u64(seed),
         std: config.initializer_range,
     });
-    config.with_initial_positions(model)
+    config.with_initial_values(model)
 }
 
 /// Masked-LM loss and accuracy over `sequences`, masked with a fixed seed (the same masks
@@ -396,20 +405,50 @@ pub fn evaluate<B: Backend>(
     )?;
     let loss_fn = MaskedCrossEntropy::default();
     let (mut loss_sum, mut n_masked, mut n_correct) = (0.0, 0, 0);
+    // Summed loss and count at [MASK], random and unchanged inputs.
+    let mut by_input = [(0.0, 0); 3];
     let sequences = &sequences[..sequences.len().min(config.max_eval_sequences)];
     for chunk in sequences.chunks(config.batch_size) {
         let chunk: Vec<&[u32]> = chunk.iter().map(Vec::as_slice).collect();
         let batch = make_batch::<B>(&chunk, &mut masker, tokenizer.pad_id, device)?;
-        let out = forward_loss(model, batch, &loss_fn)?;
+        let inputs = batch
+            .input_ids
+            .clone()
+            .flatten::<1>(0, 1)
+            .select(0, batch.masked_positions.clone());
+        let targets = batch.masked_targets.clone();
+        let at_mask = inputs.clone().equal_elem(tokenizer.mask_id);
+        let unchanged = inputs.equal(targets.clone());
+        let random = at_mask
+            .clone()
+            .bool_not()
+            .bool_and(unchanged.clone().bool_not());
+        let logits = model.forward_masked(
+            batch.input_ids,
+            batch.token_type_ids,
+            batch.padding_mask,
+            batch.masked_positions,
+        )?;
+        // The same loss with every other position's label set to the ignore index.
+        for (sum, selected) in by_input.iter_mut().zip([at_mask, random, unchanged]) {
+            let labels = targets.clone().mask_fill(selected.bool_not(), IGNORE_INDEX);
+            let out = loss_fn.forward_labels(logits.clone(), labels)?;
+            sum.0 += f64::from(out.loss_sum.into_scalar().elem::<f32>());
+            sum.1 += out.n_graded;
+        }
+        let out = loss_fn.forward_labels(logits, targets)?;
         loss_sum += f64::from(out.loss_sum.into_scalar().elem::<f32>());
         n_masked += out.n_graded;
         n_correct += out.n_correct;
     }
-    let n = n_masked.max(1) as f64;
+    let mean = |(sum, n): (f64, usize)| sum / n.max(1) as f64;
     Ok(EvalMetrics {
-        loss: loss_sum / n,
-        accuracy: n_correct as f64 / n,
+        loss: mean((loss_sum, n_masked)),
+        accuracy: n_correct as f64 / n_masked.max(1) as f64,
         n_masked,
+        mask_loss: mean(by_input[0]),
+        random_loss: mean(by_input[1]),
+        unchanged_loss: mean(by_input[2]),
     })
 }
 
@@ -711,6 +750,9 @@ fn run<B: AutodiffBackend>(
         final_valid_loss: final_eval.loss,
         valid_accuracy: final_eval.accuracy,
         valid_perplexity: final_eval.perplexity(),
+        valid_mask_loss: final_eval.mask_loss,
+        valid_random_loss: final_eval.random_loss,
+        valid_unchanged_loss: final_eval.unchanged_loss,
         unigram_entropy,
         gain_over_unigram: unigram_entropy - final_eval.loss,
         most_frequent_token_accuracy: most_frequent,
