@@ -2,8 +2,10 @@
 # AdamW, warm-up + linear decay, clipping, 15 % masking 80/10/10): a reference for how fast a
 # tiny MLM learns on this corpus. Not a test. Usage, with scripts/bench-vs-pytorch.sh's venv:
 #   .venv-bench/bin/python scripts/issue3/torch_reference.py TOKENIZER_JSON [STEPS LR BATCH SEQ]
+# With LOCAL_INIT=1 in the environment, the first layer starts as the trainer's
+# local_attention_init does (crates/mlm-train/src/model.rs); otherwise BERT's initialisation.
 # Cleaning is approximate (bracketed markers dropped, paragraphs); held out: 1 file in 50.
-import glob, math, random, re, sys, time, torch
+import glob, math, os, random, re, sys, time, torch
 from tokenizers import Tokenizer
 from transformers import BertConfig, BertForMaskedLM
 torch.manual_seed(0); random.seed(0)
@@ -51,6 +53,28 @@ cfg = BertConfig(vocab_size=V, hidden_size=128, num_hidden_layers=2, num_attenti
                  intermediate_size=512, max_position_embeddings=128, hidden_dropout_prob=0.0,
                  attention_probs_dropout_prob=0.0)
 model = BertForMaskedLM(cfg)
+if os.environ.get("LOCAL_INIT"):
+    d, heads, C = cfg.hidden_size, cfg.num_attention_heads, 2.5
+    d_head, omega = d // heads, lambda i: math.pi * (i + 0.5) / (d // 2)
+    p = torch.arange(cfg.max_position_embeddings, dtype=torch.float64)[:, None]
+    angles = p * torch.tensor([omega(i) for i in range(d // 2)], dtype=torch.float64)
+    table = torch.stack([angles.sin(), angles.cos()], dim=2).reshape(len(p), d)
+    q, k = torch.zeros(d, d), torch.zeros(d, d)  # [in, out], as burn stores them
+    for h in range(heads):
+        offset = -(h // 2 + 1) if h % 2 == 0 else h // 2 + 1
+        for j in range(d_head // 2):
+            pair = (2 * j + h) % (d // 2)
+            s_, c_ = math.sin(omega(pair) * offset), math.cos(omega(pair) * offset)
+            rs, rc, a, b = 2 * pair, 2 * pair + 1, h * d_head + 2 * j, h * d_head + 2 * j + 1
+            q[rs, a] = q[rc, b] = C
+            k[rs, a], k[rc, a], k[rs, b], k[rc, b] = C * c_, -C * s_, C * s_, C * c_
+    attention = model.bert.encoder.layer[0].attention
+    with torch.no_grad():
+        model.bert.embeddings.position_embeddings.weight.copy_(table * 0.02 * math.sqrt(2))
+        attention.self.query.weight.copy_(q.T)
+        attention.self.key.weight.copy_(k.T)
+        attention.self.value.weight.copy_(torch.eye(d))
+        attention.output.dense.weight.copy_(torch.eye(d))
 opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, eps=1e-6)
 warm = steps // 10
 sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: s / warm if s < warm else max(0.0, (steps - s) / (steps - warm)))

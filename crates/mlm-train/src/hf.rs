@@ -618,12 +618,19 @@ fn save_tokenizer(
 ///
 /// # Errors
 /// Those of [`TrainedRun::load`] and [`save_hf`]; [`TrainError::Tokenizer`] if the
-/// vocabulary cannot be written as a `vocab.txt`.
+/// vocabulary cannot be written as a `vocab.txt`; [`TrainError::Config`] if `out` already
+/// holds a `model.safetensors` (an earlier export is never overwritten).
 pub fn export_run<B: Backend>(
     run_dir: &Path,
     out: &Path,
     device: &B::Device,
 ) -> Result<(), TrainError> {
+    if out.join("model.safetensors").exists() {
+        return Err(TrainError::Config(format!(
+            "{} already holds a model.safetensors: choose another folder, or remove it first",
+            out.display()
+        )));
+    }
     let run = TrainedRun::<B>::load(run_dir, device)?;
     save_hf(&run.model, &run.config.model, run.tokenizer.pad_id, out)?;
     save_tokenizer(

@@ -1,17 +1,17 @@
 //! `mlm-train`: pretrain a tiny BERT, fill in masks, evaluate, import from and export to
 //! Hugging Face.
 
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use burn::config::Config;
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgGroup, Args, Parser, Subcommand};
 use mlm_train::backend::BackendKind;
 use mlm_train::bench::{BackendBenchConfig, compare_backends, markdown_table, save_rows};
 use mlm_train::data::fetch_corpus;
 use mlm_train::hf::{export_run, import_run};
 use mlm_train::predict::TrainedRun;
-use mlm_train::train::{TrainConfig, resume, train};
+use mlm_train::train::{TrainConfig, config_with_overrides, resume, train};
 use mlm_train::{BertConfig, TrainError, with_backend};
 
 /// Where `fetch-corpus` puts the default corpus, and where `train` looks for it.
@@ -42,9 +42,9 @@ enum Command {
         /// The run directory.
         #[arg(long)]
         run: PathBuf,
-        /// Candidates per mask.
-        #[arg(long, default_value_t = 5)]
-        top_k: usize,
+        /// Candidates per mask (at least 1).
+        #[arg(long, default_value = "5")]
+        top_k: NonZeroUsize,
         /// Backend.
         #[arg(long, value_enum, default_value = "flex")]
         backend: BackendKind,
@@ -158,87 +158,91 @@ impl BackendsArgs {
 }
 
 #[derive(Args)]
+// A resumed run keeps its saved configuration: a setting given with --resume is an error,
+// not silently ignored.
+#[command(group(ArgGroup::new("settings").multiple(true).conflicts_with("resume")))]
 struct TrainArgs {
     /// A .txt file or folder of them; the default corpus is fetched when missing.
-    #[arg(long, default_value = DEFAULT_CORPUS)]
+    #[arg(long, default_value = DEFAULT_CORPUS, group = "settings")]
     corpus: PathBuf,
     /// Run directory: config.json, tokenizer.json, metrics.csv, checkpoints/, loss_curve.png, summary.json.
     #[arg(long, default_value = "runs/tiny-bert")]
     run: PathBuf,
-    /// Continue the run in DIR from its newest checkpoint. Its saved configuration applies;
-    /// of the flags below only --max-steps and --backend are read.
+    /// Continue the run in DIR from its newest checkpoint. Its saved configuration applies:
+    /// of the flags below only --max-steps and --backend may be given.
     #[arg(long, value_name = "DIR", conflicts_with = "run")]
     resume: Option<PathBuf>,
     /// Backend.
     #[arg(long, value_enum, default_value = "flex")]
     backend: BackendKind,
-    /// A TrainConfig JSON (as a run's config.json) to start from; flags override it.
-    #[arg(long)]
+    /// A TrainConfig JSON (a run's config.json, or only the fields to change, e.g.
+    /// {"model": {"hidden_size": 256}}) over the defaults; flags override it.
+    #[arg(long, group = "settings")]
     config: Option<PathBuf>,
     /// A tokenizer.json or vocab.txt to use instead of training a WordPiece vocabulary.
-    #[arg(long)]
+    #[arg(long, group = "settings")]
     tokenizer: Option<PathBuf>,
     /// Optimizer steps.
     #[arg(long)]
     max_steps: Option<usize>,
     /// Sequences per micro-batch.
-    #[arg(long)]
+    #[arg(long, group = "settings")]
     batch_size: Option<usize>,
     /// Micro-batches per optimizer step.
-    #[arg(long)]
+    #[arg(long, group = "settings")]
     grad_accumulation: Option<usize>,
     /// Peak learning rate.
-    #[arg(long)]
+    #[arg(long, group = "settings")]
     learning_rate: Option<f64>,
     /// Warm-up steps.
-    #[arg(long)]
+    #[arg(long, group = "settings")]
     warmup_steps: Option<usize>,
     /// Longest sequence in tokens.
-    #[arg(long)]
+    #[arg(long, group = "settings")]
     max_seq_len: Option<usize>,
     /// WordPiece vocabulary size.
-    #[arg(long)]
+    #[arg(long, group = "settings")]
     vocab_size: Option<usize>,
     /// Hidden size d_model.
-    #[arg(long)]
+    #[arg(long, group = "settings")]
     hidden_size: Option<usize>,
     /// Encoder layers.
-    #[arg(long)]
+    #[arg(long, group = "settings")]
     layers: Option<usize>,
     /// Attention heads.
-    #[arg(long)]
+    #[arg(long, group = "settings")]
     heads: Option<usize>,
     /// Feed-forward width.
-    #[arg(long)]
+    #[arg(long, group = "settings")]
     intermediate_size: Option<usize>,
     /// Share of tokens selected for prediction in training batches.
-    #[arg(long)]
+    #[arg(long, group = "settings")]
     mlm_probability: Option<f64>,
     /// Dropout (hidden and attention).
-    #[arg(long)]
+    #[arg(long, group = "settings")]
     dropout: Option<f64>,
     /// Start the first layer's heads on the neighbouring tokens (true unless set to false;
     /// `local_attention_init` in config.json, README "What the main job learns").
-    #[arg(long, value_name = "BOOL")]
+    #[arg(long, value_name = "BOOL", group = "settings")]
     local_attention_init: Option<bool>,
     /// Validate every N steps.
-    #[arg(long)]
+    #[arg(long, group = "settings")]
     eval_every: Option<usize>,
     /// Checkpoint every N steps.
-    #[arg(long)]
+    #[arg(long, group = "settings")]
     checkpoint_every: Option<usize>,
     /// Seed.
-    #[arg(long)]
+    #[arg(long, group = "settings")]
     seed: Option<u64>,
 }
 
 impl TrainArgs {
     /// The configuration: defaults, then `--config`, then each flag given.
     fn config(&self) -> Result<TrainConfig, TrainError> {
+        let defaults = TrainConfig::new(self.corpus.clone());
         let mut c = match &self.config {
-            Some(path) => TrainConfig::load(path)
-                .map_err(|e| TrainError::Config(format!("{}: {e}", path.display())))?,
-            None => TrainConfig::new(self.corpus.clone()),
+            Some(path) => config_with_overrides(path, &defaults)?,
+            None => defaults,
         };
         c.corpus = self.corpus.clone();
         macro_rules! set {
@@ -303,7 +307,7 @@ fn run(cli: Cli) -> Result<(), TrainError> {
                 summary.wall_time_seconds
             );
             println!(
-                "{}",
+                "held-out {}",
                 loss_by_input(
                     summary.valid_mask_loss,
                     summary.valid_random_loss,
@@ -333,7 +337,7 @@ fn run(cli: Cli) -> Result<(), TrainError> {
             text,
         } => with_backend!(backend, |B, device| {
             let trained = TrainedRun::<B>::load(&run, &device)?;
-            for prediction in trained.fill_mask(&text, top_k, &device)? {
+            for prediction in trained.fill_mask(&text, top_k.get(), &device)? {
                 println!("[MASK] at token {}:", prediction.position);
                 for (token, p) in prediction.candidates {
                     println!("  {token:<16} {p:.4}");
@@ -348,15 +352,18 @@ fn run(cli: Cli) -> Result<(), TrainError> {
         } => with_backend!(backend, |B, device| {
             let trained = TrainedRun::<B>::load(&run, &device)?;
             let eval = trained.evaluate(corpus.as_deref(), &device)?;
+            let split = corpus.as_ref().map_or("held-out".into(), |path| {
+                format!("{} (every document)", path.display())
+            });
             println!(
-                "held-out loss {:.4}, accuracy {:.2} %, perplexity {:.2} ({} masked tokens)",
+                "{split} loss {:.4}, accuracy {:.2} %, perplexity {:.2} ({} masked tokens)",
                 eval.loss,
                 100.0 * eval.accuracy,
                 eval.perplexity(),
                 eval.n_masked,
             );
             println!(
-                "{}",
+                "{split} {}",
                 loss_by_input(eval.mask_loss, eval.random_loss, eval.unchanged_loss)
             );
             Ok(())
@@ -392,8 +399,8 @@ fn run(cli: Cli) -> Result<(), TrainError> {
 /// The held-out loss split by what the input showed at the graded positions.
 fn loss_by_input(mask: f64, random: f64, unchanged: f64) -> String {
     format!(
-        "held-out loss where the input was [MASK] {mask:.4}, a random token {random:.4}, \
-         the original token {unchanged:.4}"
+        "loss where the input was [MASK] {mask:.4}, a random token {random:.4}, the original \
+         token {unchanged:.4}"
     )
 }
 

@@ -75,7 +75,7 @@ pub struct BertConfig {
     /// Every weight is still trained and the model is still a Hugging Face BERT: only the
     /// initial values differ. After 400 steps of the tiny model the held-out loss at `[MASK]`
     /// inputs was 5.52 nats with it and 6.58 (the unigram level: no context used) without;
-    /// the main job ends 2.08 nats below the unigram baseline with it and 0.69 without
+    /// the main job ends 2.06 nats below the unigram baseline with it and 0.69 without
     /// (README, "What the main job learns"). It sets its own position table, so it cannot be
     /// combined with `sinusoidal_positions`.
     #[config(default = false)]
@@ -301,9 +301,9 @@ fn sinusoids(
 /// `i` it reads (pairs `h, h+2, h+4, …` modulo `d/2`). Its query copies the pair and its key
 /// rotates it by `−ω_i δ_h`, so the score of query `p` and key `q` is
 /// `c² Σ_i cos((q − p − δ_h) ω_i) / √d_head` on the position parts: largest at `q = p + δ_h`.
-/// `c = 2.5` puts about 97 % of each head's attention on its offset at initialisation over
-/// random tokens in the tiny model (d_model 128, 2 heads; the token parts add noise around
-/// the position scores). Smaller (1.5) or larger (3.5) values trained worse in 400-step runs.
+/// `c = 2.5` puts about 85 % of each head's attention on its offset at initialisation over
+/// random tokens in the tiny model (d_model 128, 2 heads; the token and segment parts of the
+/// hidden states add noise around the position scores). Smaller (1.5) or larger (3.5) values trained worse in 400-step runs.
 pub fn neighbour_query_key(d_model: usize, heads: usize) -> (TensorData, TensorData) {
     const C: f64 = 2.5;
     let d_head = d_model / heads;

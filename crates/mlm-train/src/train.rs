@@ -146,7 +146,13 @@ impl TrainConfig {
                 data::SPECIAL_TOKENS.len()
             ));
         }
-        if self.max_seq_len < 3 || self.max_seq_len > self.model.max_position_embeddings {
+        if self.max_seq_len < 3 {
+            return bad(format!(
+                "max_seq_len = {} must be at least 3: [CLS], one token and [SEP]",
+                self.max_seq_len
+            ));
+        }
+        if self.max_seq_len > self.model.max_position_embeddings {
             return bad(format!(
                 "max_seq_len = {} must be in [3, max_position_embeddings = {}]",
                 self.max_seq_len, self.model.max_position_embeddings
@@ -197,21 +203,75 @@ impl RunDir {
     pub fn tokenizer(&self) -> PathBuf {
         self.0.join("tokenizer.json")
     }
-    /// Loads the run's configuration.
+    /// Loads the run's configuration. A run made before a model flag existed
+    /// (`sinusoidal_positions`, `local_attention_init`) was made without it: the flag reads
+    /// as `false`.
     ///
     /// # Errors
     /// [`TrainError::InvalidInput`] if the folder has no `config.json` (it is not a run);
     /// [`TrainError::Json`] / [`TrainError::Io`] naming `config.json`.
     pub fn load_config(&self) -> Result<TrainConfig, TrainError> {
-        if !self.config().is_file() {
+        let path = self.config();
+        if !path.is_file() {
             return Err(TrainError::InvalidInput(format!(
                 "{} is not a run directory: it has no config.json (`mlm-train train --run DIR` \
                  makes one)",
                 self.0.display()
             )));
         }
-        read_json(&self.config())
+        let mut value: serde_json::Value = read_json(&path)?;
+        if let Some(model) = value.get_mut("model").and_then(|m| m.as_object_mut()) {
+            for flag in ["sinusoidal_positions", "local_attention_init"] {
+                model.entry(flag).or_insert(false.into());
+            }
+        }
+        serde_json::from_value(value).map_err(|source| TrainError::Json { path, source })
     }
+}
+
+/// `defaults` with the fields that the JSON file at `path` gives replaced, at any depth
+/// (`{"max_steps": 300, "model": {"hidden_size": 256}}` changes those two settings only).
+///
+/// # Errors
+/// [`TrainError::Config`] naming `path` for a field that `TrainConfig` does not have or a
+/// value of the wrong type; [`TrainError::Json`] naming `path` for a file that is not JSON;
+/// [`TrainError::Io`] if it cannot be read.
+pub fn config_with_overrides(
+    path: &Path,
+    defaults: &TrainConfig,
+) -> Result<TrainConfig, TrainError> {
+    /// Copies `overrides` into `base`; `at` is `base`'s dotted name, for errors.
+    fn merge(
+        base: &mut serde_json::Value,
+        overrides: serde_json::Value,
+        at: &str,
+    ) -> Result<(), String> {
+        match (base, overrides) {
+            (serde_json::Value::Object(base), serde_json::Value::Object(overrides)) => {
+                for (key, value) in overrides {
+                    let name = if at.is_empty() {
+                        key.clone()
+                    } else {
+                        format!("{at}.{key}")
+                    };
+                    let slot = base
+                        .get_mut(&key)
+                        .ok_or_else(|| format!("unknown field `{name}`"))?;
+                    merge(slot, value, &name)?;
+                }
+                Ok(())
+            }
+            (base, value) => {
+                *base = value;
+                Ok(())
+            }
+        }
+    }
+    let overrides: serde_json::Value = read_json(path)?;
+    let mut value = serde_json::to_value(defaults).expect("a TrainConfig is JSON");
+    let invalid = |e: String| TrainError::Config(format!("{}: {e}", path.display()));
+    merge(&mut value, overrides, "").map_err(invalid)?;
+    serde_json::from_value(value).map_err(|e| invalid(e.to_string()))
 }
 
 /// The learning rate at `step` (1-based): linear warm-up to `peak`, then linear decay to 0.
@@ -228,7 +288,9 @@ pub fn learning_rate(config: &TrainConfig, step: usize) -> f64 {
 /// Starts a new run in `run_dir` (which must not hold one) and trains it to the end.
 ///
 /// # Errors
-/// Any data, configuration, checkpoint or numeric error, naming its file or step.
+/// Any data, configuration, checkpoint or numeric error, naming its file or step. A run that
+/// fails before its first checkpoint leaves no run behind (`run_dir` is removed if this call
+/// made it; otherwise its `config.json` is), so the same command can be run again.
 pub fn train<B: AutodiffBackend>(
     mut config: TrainConfig,
     run_dir: &Path,
@@ -252,11 +314,22 @@ pub fn train<B: AutodiffBackend>(
         .map(WordPieceTokenizer::from_file)
         .transpose()?;
     let prepared = prepare_data(&config, tokenizer)?;
+    let created = !run_dir.exists();
     std::fs::create_dir_all(run_dir).map_err(io(run_dir))?;
     prepared.tokenizer.save(&dir.tokenizer())?;
     config.model.vocab_size = prepared.tokenizer.vocab_size();
     write_json(&dir.config(), &config)?;
-    run::<B>(&config, run_dir, prepared, None, device, backend)
+    let result = run::<B>(&config, run_dir, prepared, None, device, backend);
+    if result.is_err() && checkpoint::latest(run_dir).is_err() {
+        // Nothing to resume from: undo the run's files, so that the same command can be
+        // run again rather than be refused because the folder "already holds a run".
+        let _ = if created {
+            std::fs::remove_dir_all(run_dir)
+        } else {
+            std::fs::remove_file(dir.config())
+        };
+    }
+    result
 }
 
 /// Continues the run in `run_dir` from its newest complete checkpoint, optionally to a

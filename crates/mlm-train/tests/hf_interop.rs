@@ -152,6 +152,11 @@ fn import_then_export_then_import_gives_identical_logits() {
 
     let out = tmp.path().join("exported");
     export_run::<B>(&run, &out, &device).unwrap();
+    // A second export into the same folder is refused rather than overwriting the first.
+    match export_run::<B>(&run, &out, &device) {
+        Err(TrainError::Config(m)) => assert!(m.contains("already holds a model.safetensors")),
+        other => panic!("{other:?}"),
+    }
     for file in [
         "config.json",
         "model.safetensors",

@@ -15,7 +15,7 @@ use common::{copy_dir, tiny_config, train_losses};
 use mlm_train::checkpoint;
 use mlm_train::predict::TrainedRun;
 use mlm_train::report::{MetricsRow, read_metrics};
-use mlm_train::train::{RunDir, TrainConfig, resume, train};
+use mlm_train::train::{RunDir, TrainConfig, config_with_overrides, resume, train};
 use mlm_train::{BertConfig, BertForMaskedLm, TrainError};
 
 type B = Autodiff<NdArray>;
@@ -164,6 +164,85 @@ fn bad_corpus_and_tokenizer_files_are_typed_errors_and_leave_no_run_behind() {
         "{stderr}"
     );
     assert!(!run.exists());
+}
+
+/// The CLI refuses, with a one-line error and nothing written: a setting given with
+/// `--resume` (the saved configuration applies, so it would be ignored), `--top-k 0` and a
+/// sequence too short for `[CLS] token [SEP]`.
+#[test]
+fn the_cli_refuses_settings_on_resume_a_zero_top_k_and_a_too_short_sequence() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let (run_arg, corpus_arg) = (path_arg(&run), path_arg(tmp.path()));
+    for (args, expected) in [
+        (
+            vec!["train", "--resume", run_arg, "--batch-size", "8"],
+            "cannot be used with",
+        ),
+        (
+            vec!["predict", "--run", run_arg, "--top-k", "0", "a [MASK]"],
+            "--top-k",
+        ),
+        (
+            vec![
+                "train",
+                "--run",
+                run_arg,
+                "--corpus",
+                corpus_arg,
+                "--max-seq-len",
+                "2",
+            ],
+            "max_seq_len = 2 must be at least 3",
+        ),
+    ] {
+        let out = mlm_train(&args, None);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+    assert!(!run.exists());
+}
+
+/// `--config FILE` may give only the fields to change; a misspelt field is an error that
+/// names it; and a run directory written before the model's init flags existed still loads,
+/// with the flags off (as that run was made).
+#[test]
+fn partial_config_files_and_configs_of_older_runs_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    let defaults = TrainConfig::new("corpus".into());
+    let file = tmp.path().join("partial.json");
+    std::fs::write(
+        &file,
+        r#"{"max_steps": 300, "model": {"hidden_size": 256}}"#,
+    )
+    .unwrap();
+    let config = config_with_overrides(&file, &defaults).unwrap();
+    assert_eq!((config.max_steps, config.model.hidden_size), (300, 256));
+    assert_eq!(config.batch_size, defaults.batch_size);
+    assert_eq!(
+        config.model.clone().with_hidden_size(128),
+        defaults.model.clone()
+    );
+
+    std::fs::write(&file, r#"{"model": {"hiden_size": 256}}"#).unwrap();
+    match config_with_overrides(&file, &defaults) {
+        Err(TrainError::Config(m)) => {
+            assert!(m.ends_with("unknown field `model.hiden_size`"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let old_run = tmp.path().join("old-run");
+    std::fs::create_dir(&old_run).unwrap();
+    let mut json = serde_json::to_value(&defaults).unwrap();
+    let model = json["model"].as_object_mut().unwrap();
+    model.remove("sinusoidal_positions");
+    model.remove("local_attention_init");
+    std::fs::write(old_run.join("config.json"), json.to_string()).unwrap();
+    let loaded = RunDir(old_run).load_config().unwrap();
+    assert!(!loaded.model.local_attention_init && !loaded.model.sinusoidal_positions);
+    assert_eq!(loaded.max_steps, defaults.max_steps);
 }
 
 #[test]
@@ -538,13 +617,15 @@ fn two_runs_with_one_seed_and_tokenizer_are_bit_identical_on_ndarray() {
     );
     assert_eq!(max_relative, 0.0);
     assert_eq!(max_weight, 0.0);
-    // A different seed is a different run.
+    // A different seed is a different run. (Not its first loss alone: at initialisation
+    // every loss is within about 0.02 of ln(vocab), so two seeds can agree there to 1e-3.)
     let c = trained(tmp.path(), "c", config().with_seed(7));
-    let diff = rows(&c)[0].loss - rows_a[0].loss;
-    assert!(
-        diff.abs() > 1e-3,
-        "seed 7's first loss is seed 42's ({diff})"
-    );
+    let diff = rows(&c)
+        .iter()
+        .zip(&rows_a)
+        .map(|(x, y)| (x.loss - y.loss).abs())
+        .fold(0.0, f64::max);
+    assert!(diff > 1e-2, "seed 7's losses are seed 42's (within {diff})");
 }
 
 #[test]
@@ -557,7 +638,7 @@ fn a_non_finite_step_stops_the_run_naming_the_step_and_keeps_the_last_good_check
         .with_learning_rate(1e30)
         .with_warmup_steps(0)
         .with_checkpoint_every(1);
-    let err = train::<B>(config, &run, &Default::default(), "ndarray").unwrap_err();
+    let err = train::<B>(config.clone(), &run, &Default::default(), "ndarray").unwrap_err();
     let TrainError::NonFinite {
         step,
         quantity,
@@ -576,6 +657,16 @@ fn a_non_finite_step_stops_the_run_naming_the_step_and_keeps_the_last_good_check
     let rows = read_metrics(&run.join("metrics.csv")).unwrap();
     assert_eq!(steps(&rows), [1]);
     assert!(!run.join("summary.json").exists());
+
+    // Failing before the first checkpoint leaves no half-made run that would refuse a rerun.
+    let early = tmp.path().join("early");
+    let config = config.with_checkpoint_every(100);
+    let err = train::<B>(config, &early, &Default::default(), "ndarray").unwrap_err();
+    assert!(
+        matches!(err, TrainError::NonFinite { step: 2, .. }),
+        "{err}"
+    );
+    assert!(!early.exists());
 }
 
 #[test]
