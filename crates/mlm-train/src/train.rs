@@ -496,12 +496,7 @@ pub fn evaluate<B: Backend>(
             .clone()
             .bool_not()
             .bool_and(unchanged.clone().bool_not());
-        let logits = model.forward_masked(
-            batch.input_ids,
-            batch.token_type_ids,
-            batch.padding_mask,
-            batch.masked_positions,
-        )?;
+        let logits = masked_logits(model, batch)?;
         // The same loss with every other position's label set to the ignore index.
         for (sum, selected) in by_input.iter_mut().zip([at_mask, random, unchanged]) {
             let labels = targets.clone().mask_fill(selected.bool_not(), IGNORE_INDEX);
@@ -535,13 +530,21 @@ pub fn forward_loss<B: Backend>(
     batch: MlmBatch<B>,
     loss_fn: &MaskedCrossEntropy,
 ) -> Result<mlm_core::MlmLossOutput<B>, TrainError> {
-    let logits = model.forward_masked(
+    let targets = batch.masked_targets.clone();
+    Ok(loss_fn.forward_labels(masked_logits(model, batch)?, targets)?)
+}
+
+/// Logits of `model` at the masked positions of `batch`, `[n_masked, vocab]`.
+fn masked_logits<B: Backend>(
+    model: &BertForMaskedLm<B>,
+    batch: MlmBatch<B>,
+) -> Result<Tensor<B, 2>, TrainError> {
+    Ok(model.forward_masked(
         batch.input_ids,
         batch.token_type_ids,
         batch.padding_mask,
         batch.masked_positions,
-    )?;
-    Ok(loss_fn.forward_labels(logits, batch.masked_targets)?)
+    )?)
 }
 
 /// One shard's share of an optimizer step.
