@@ -303,7 +303,8 @@ fn sinusoids(
 /// `c² Σ_i cos((q − p − δ_h) ω_i) / √d_head` on the position parts: largest at `q = p + δ_h`.
 /// `c = 2.5` puts about 85 % of each head's attention on its offset at initialisation over
 /// random tokens in the tiny model (d_model 128, 2 heads; the token and segment parts of the
-/// hidden states add noise around the position scores). Smaller (1.5) or larger (3.5) values trained worse in 400-step runs.
+/// hidden states add noise around the position scores). Smaller (1.5) or larger (3.5)
+/// values trained worse in 400-step runs.
 pub fn neighbour_query_key(d_model: usize, heads: usize) -> (TensorData, TensorData) {
     const C: f64 = 2.5;
     let d_head = d_model / heads;
