@@ -8,7 +8,9 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum TrainError {
     /// A corpus path does not exist.
-    #[error("corpus path {0} does not exist (run `mlm-train fetch-corpus`, or pass --corpus PATH)")]
+    #[error(
+        "corpus path {0} does not exist (for the default corpus, run `mlm-train fetch-corpus`)"
+    )]
     CorpusNotFound(PathBuf),
     /// A corpus file is not UTF-8 text.
     #[error("corpus file {path} is not UTF-8 text (invalid byte at offset {offset})")]
@@ -52,7 +54,10 @@ pub enum TrainError {
         reason: String,
     },
     /// The loss or the gradient norm became NaN or infinite; the update was not applied.
-    #[error("non-finite {quantity} {value} at step {step}; the last good checkpoint is kept")]
+    #[error(
+        "non-finite {quantity} {value} at step {step}; no update was applied, and the newest \
+         checkpoint (if any) is intact"
+    )]
     NonFinite {
         /// The optimizer step.
         step: usize,

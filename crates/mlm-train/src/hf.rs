@@ -618,7 +618,7 @@ fn save_tokenizer(
 ///
 /// # Errors
 /// Those of [`TrainedRun::load`] and [`save_hf`]; [`TrainError::Tokenizer`] if the
-/// vocabulary cannot be written as a `vocab.txt`; [`TrainError::Config`] if `out` already
+/// vocabulary cannot be written as a `vocab.txt`; [`TrainError::InvalidInput`] if `out` already
 /// holds a `model.safetensors` (an earlier export is never overwritten).
 pub fn export_run<B: Backend>(
     run_dir: &Path,
@@ -626,7 +626,7 @@ pub fn export_run<B: Backend>(
     device: &B::Device,
 ) -> Result<(), TrainError> {
     if out.join("model.safetensors").exists() {
-        return Err(TrainError::Config(format!(
+        return Err(TrainError::InvalidInput(format!(
             "{} already holds a model.safetensors: choose another folder, or remove it first",
             out.display()
         )));

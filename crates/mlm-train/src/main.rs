@@ -5,7 +5,7 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{ArgGroup, Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use mlm_train::backend::BackendKind;
 use mlm_train::bench::{BackendBenchConfig, compare_backends, markdown_table, save_rows};
 use mlm_train::data::fetch_corpus;
@@ -157,13 +157,12 @@ impl BackendsArgs {
     }
 }
 
+// A resumed run keeps its saved configuration: a setting given with --resume is an error
+// (`conflicts_with`), not silently ignored.
 #[derive(Args)]
-// A resumed run keeps its saved configuration: a setting given with --resume is an error,
-// not silently ignored.
-#[command(group(ArgGroup::new("settings").multiple(true).conflicts_with("resume")))]
 struct TrainArgs {
     /// A .txt file or folder of them; the default corpus is fetched when missing.
-    #[arg(long, default_value = DEFAULT_CORPUS, group = "settings")]
+    #[arg(long, default_value = DEFAULT_CORPUS, conflicts_with = "resume")]
     corpus: PathBuf,
     /// Run directory: config.json, tokenizer.json, metrics.csv, checkpoints/, loss_curve.png, summary.json.
     #[arg(long, default_value = "runs/tiny-bert")]
@@ -177,62 +176,62 @@ struct TrainArgs {
     backend: BackendKind,
     /// A TrainConfig JSON (a run's config.json, or only the fields to change, e.g.
     /// {"model": {"hidden_size": 256}}) over the defaults; flags override it.
-    #[arg(long, group = "settings")]
+    #[arg(long, conflicts_with = "resume")]
     config: Option<PathBuf>,
     /// A tokenizer.json or vocab.txt to use instead of training a WordPiece vocabulary.
-    #[arg(long, group = "settings")]
+    #[arg(long, conflicts_with = "resume")]
     tokenizer: Option<PathBuf>,
     /// Optimizer steps.
     #[arg(long)]
     max_steps: Option<usize>,
     /// Sequences per micro-batch.
-    #[arg(long, group = "settings")]
+    #[arg(long, conflicts_with = "resume")]
     batch_size: Option<usize>,
     /// Micro-batches per optimizer step.
-    #[arg(long, group = "settings")]
+    #[arg(long, conflicts_with = "resume")]
     grad_accumulation: Option<usize>,
     /// Peak learning rate.
-    #[arg(long, group = "settings")]
+    #[arg(long, conflicts_with = "resume")]
     learning_rate: Option<f64>,
     /// Warm-up steps.
-    #[arg(long, group = "settings")]
+    #[arg(long, conflicts_with = "resume")]
     warmup_steps: Option<usize>,
     /// Longest sequence in tokens.
-    #[arg(long, group = "settings")]
+    #[arg(long, conflicts_with = "resume")]
     max_seq_len: Option<usize>,
     /// WordPiece vocabulary size.
-    #[arg(long, group = "settings")]
+    #[arg(long, conflicts_with = "resume")]
     vocab_size: Option<usize>,
     /// Hidden size d_model.
-    #[arg(long, group = "settings")]
+    #[arg(long, conflicts_with = "resume")]
     hidden_size: Option<usize>,
     /// Encoder layers.
-    #[arg(long, group = "settings")]
+    #[arg(long, conflicts_with = "resume")]
     layers: Option<usize>,
     /// Attention heads.
-    #[arg(long, group = "settings")]
+    #[arg(long, conflicts_with = "resume")]
     heads: Option<usize>,
     /// Feed-forward width.
-    #[arg(long, group = "settings")]
+    #[arg(long, conflicts_with = "resume")]
     intermediate_size: Option<usize>,
     /// Share of tokens selected for prediction in training batches.
-    #[arg(long, group = "settings")]
+    #[arg(long, conflicts_with = "resume")]
     mlm_probability: Option<f64>,
     /// Dropout (hidden and attention).
-    #[arg(long, group = "settings")]
+    #[arg(long, conflicts_with = "resume")]
     dropout: Option<f64>,
     /// Start the first layer's heads on the neighbouring tokens (true unless set to false;
     /// `local_attention_init` in config.json, README "What the main job learns").
-    #[arg(long, value_name = "BOOL", group = "settings")]
+    #[arg(long, value_name = "BOOL", conflicts_with = "resume")]
     local_attention_init: Option<bool>,
     /// Validate every N steps.
-    #[arg(long, group = "settings")]
+    #[arg(long, conflicts_with = "resume")]
     eval_every: Option<usize>,
     /// Checkpoint every N steps.
-    #[arg(long, group = "settings")]
+    #[arg(long, conflicts_with = "resume")]
     checkpoint_every: Option<usize>,
     /// Seed.
-    #[arg(long, group = "settings")]
+    #[arg(long, conflicts_with = "resume")]
     seed: Option<u64>,
 }
 
@@ -356,11 +355,12 @@ fn run(cli: Cli) -> Result<(), TrainError> {
                 format!("{} (every document)", path.display())
             });
             println!(
-                "{split} loss {:.4}, accuracy {:.2} %, perplexity {:.2} ({} masked tokens)",
+                "{split} loss {:.4}, accuracy {:.2} %, perplexity {:.2} ({} masked token{})",
                 eval.loss,
                 100.0 * eval.accuracy,
                 eval.perplexity(),
                 eval.n_masked,
+                if eval.n_masked == 1 { "" } else { "s" },
             );
             println!(
                 "{split} {}",
@@ -396,11 +396,15 @@ fn run(cli: Cli) -> Result<(), TrainError> {
     }
 }
 
-/// The held-out loss split by what the input showed at the graded positions.
-fn loss_by_input(mask: f64, random: f64, unchanged: f64) -> String {
+/// The held-out loss split by what the input showed at the graded positions ("n/a" where
+/// none was graded).
+fn loss_by_input(mask: Option<f64>, random: Option<f64>, unchanged: Option<f64>) -> String {
+    let show = |loss: Option<f64>| loss.map_or("n/a".into(), |l| format!("{l:.4}"));
     format!(
-        "loss where the input was [MASK] {mask:.4}, a random token {random:.4}, the original \
-         token {unchanged:.4}"
+        "loss where the input was [MASK] {}, a random token {}, the original token {}",
+        show(mask),
+        show(random),
+        show(unchanged)
     )
 }
 

@@ -117,7 +117,8 @@ impl BertConfig {
         if self.sinusoidal_positions && self.local_attention_init {
             return Err(
                 "sinusoidal_positions and local_attention_init both set the initial \
-                        position table: choose one"
+                        position table: choose one (--local-attention-init false turns \
+                        the second off)"
                     .into(),
             );
         }

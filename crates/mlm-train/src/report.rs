@@ -225,12 +225,13 @@ pub struct Summary {
     pub valid_accuracy: f64,
     /// Held-out perplexity, `exp(final_valid_loss)`.
     pub valid_perplexity: f64,
-    /// Held-out loss at the graded positions whose input was `[MASK]`: the context's share.
-    pub valid_mask_loss: f64,
+    /// Held-out loss at the graded positions whose input was `[MASK]`: the context's share
+    /// (`null` if none was graded, as for the two below).
+    pub valid_mask_loss: Option<f64>,
     /// Held-out loss at the graded positions whose input was a random token.
-    pub valid_random_loss: f64,
+    pub valid_random_loss: Option<f64>,
     /// Held-out loss at the graded positions whose input was the original token (copyable).
-    pub valid_unchanged_loss: f64,
+    pub valid_unchanged_loss: Option<f64>,
     /// Entropy of the training tokens' unigram distribution (nats): a context-free model's loss.
     pub unigram_entropy: f64,
     /// `unigram_entropy - final_valid_loss`, nats gained from context.

@@ -175,13 +175,13 @@ pub struct EvalMetrics {
     /// Number of masked tokens graded.
     pub n_masked: usize,
     /// Mean loss at the graded positions whose input was `[MASK]` (80 % of them, BERT §3.1),
-    /// nats: what the model predicts from the context alone.
-    pub mask_loss: f64,
+    /// nats: what the model predicts from the context alone. `None` if there was none.
+    pub mask_loss: Option<f64>,
     /// Mean loss at the graded positions whose input was a random token (10 %), nats.
-    pub random_loss: f64,
+    pub random_loss: Option<f64>,
     /// Mean loss at the graded positions whose input was the original token (10 %), nats:
     /// there the model can copy what it sees.
-    pub unchanged_loss: f64,
+    pub unchanged_loss: Option<f64>,
 }
 
 impl EvalMetrics {
@@ -347,6 +347,13 @@ pub fn resume<B: AutodiffBackend>(
     let mut config = dir.load_config()?;
     let from = checkpoint::latest(run_dir)?;
     let done: RunState = read_json(&from.join("state.json"))?;
+    if !from.join("optimizer.mpk").is_file() {
+        return Err(TrainError::InvalidInput(format!(
+            "{} has no optimizer state (an imported run has none): predict, eval and export-hf \
+             read it, but it cannot be resumed",
+            from.display()
+        )));
+    }
     config.max_steps = max_steps.unwrap_or(config.max_steps);
     config.validate()?;
     if done.step >= config.max_steps {
@@ -509,9 +516,9 @@ pub fn evaluate<B: Backend>(
         n_masked += out.n_graded;
         n_correct += out.n_correct;
     }
-    let mean = |(sum, n): (f64, usize)| sum / n.max(1) as f64;
+    let mean = |(sum, n): (f64, usize)| (n > 0).then(|| sum / n as f64);
     Ok(EvalMetrics {
-        loss: mean((loss_sum, n_masked)),
+        loss: loss_sum / n_masked.max(1) as f64,
         accuracy: n_correct as f64 / n_masked.max(1) as f64,
         n_masked,
         mask_loss: mean(by_input[0]),

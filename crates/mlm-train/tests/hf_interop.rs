@@ -7,12 +7,13 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use burn::backend::NdArray;
+use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use mlm_core::masked_cross_entropy_with_labels;
 use mlm_train::data::SPECIAL_TOKENS;
 use mlm_train::hf::{export_run, import_run, load_hf};
 use mlm_train::predict::TrainedRun;
+use mlm_train::train::resume;
 use mlm_train::{BertForMaskedLm, TrainError};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
@@ -141,6 +142,14 @@ fn import_then_export_then_import_gives_identical_logits() {
     let config = import_run::<B>(&hf, &run, &corpus, &device).unwrap();
     assert_eq!(config.max_seq_len, 16);
 
+    // An imported run has no optimizer state: a resume is refused and changes nothing.
+    let saved = std::fs::read(run.join("config.json")).unwrap();
+    match resume::<Autodiff<B>>(&run, Some(100), &device, "ndarray") {
+        Err(TrainError::InvalidInput(m)) => assert!(m.contains("cannot be resumed"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(std::fs::read(run.join("config.json")).unwrap(), saved);
+
     // The imported run is a run: predict and eval read it.
     let trained = TrainedRun::<B>::load(&run, &device).unwrap();
     let predictions = trained
@@ -154,7 +163,9 @@ fn import_then_export_then_import_gives_identical_logits() {
     export_run::<B>(&run, &out, &device).unwrap();
     // A second export into the same folder is refused rather than overwriting the first.
     match export_run::<B>(&run, &out, &device) {
-        Err(TrainError::Config(m)) => assert!(m.contains("already holds a model.safetensors")),
+        Err(TrainError::InvalidInput(m)) => {
+            assert!(m.contains("already holds a model.safetensors"))
+        }
         other => panic!("{other:?}"),
     }
     for file in [
