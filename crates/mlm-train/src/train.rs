@@ -484,9 +484,9 @@ pub fn evaluate<B: Backend>(
         config.seed.wrapping_add(0x5eed),
     )?;
     let loss_fn = MaskedCrossEntropy::default();
-    let (mut loss_sum, mut n_masked, mut n_correct) = (0.0, 0, 0);
-    // Summed loss and count at [MASK], random and unchanged inputs.
-    let mut by_input = [(0.0, 0); 3];
+    // Summed loss, count and correct predictions at [MASK], random and unchanged inputs:
+    // three kinds that partition the graded positions (a target is never [MASK]).
+    let mut by_input = [(0.0, 0, 0); 3];
     let sequences = &sequences[..sequences.len().min(config.max_eval_sequences)];
     for chunk in sequences.chunks(config.batch_size) {
         let chunk: Vec<&[u32]> = chunk.iter().map(Vec::as_slice).collect();
@@ -504,19 +504,19 @@ pub fn evaluate<B: Backend>(
             .bool_not()
             .bool_and(unchanged.clone().bool_not());
         let logits = masked_logits(model, batch)?;
-        // The same loss with every other position's label set to the ignore index.
+        // The loss with every other kind's labels set to the ignore index.
         for (sum, selected) in by_input.iter_mut().zip([at_mask, random, unchanged]) {
             let labels = targets.clone().mask_fill(selected.bool_not(), IGNORE_INDEX);
             let out = loss_fn.forward_labels(logits.clone(), labels)?;
             sum.0 += f64::from(out.loss_sum.into_scalar().elem::<f32>());
             sum.1 += out.n_graded;
+            sum.2 += out.n_correct;
         }
-        let out = loss_fn.forward_labels(logits, targets)?;
-        loss_sum += f64::from(out.loss_sum.into_scalar().elem::<f32>());
-        n_masked += out.n_graded;
-        n_correct += out.n_correct;
     }
-    let mean = |(sum, n): (f64, usize)| (n > 0).then(|| sum / n as f64);
+    let loss_sum: f64 = by_input.iter().map(|kind| kind.0).sum();
+    let n_masked: usize = by_input.iter().map(|kind| kind.1).sum();
+    let n_correct: usize = by_input.iter().map(|kind| kind.2).sum();
+    let mean = |(sum, n, _): (f64, usize, usize)| (n > 0).then(|| sum / n as f64);
     Ok(EvalMetrics {
         loss: loss_sum / n_masked.max(1) as f64,
         accuracy: n_correct as f64 / n_masked.max(1) as f64,
