@@ -257,6 +257,12 @@ fn parameter_shapes<B: Backend, M: Module<B>>(model: &M) -> Vec<(String, Vec<usi
     shapes.found
 }
 
+/// Whether the checkpoint folder `dir` holds optimizer state, which a resume needs
+/// ([`save_model`]'s checkpoints do not).
+pub fn has_optimizer_state(dir: &Path) -> bool {
+    dir.join("optimizer.mpk").is_file()
+}
+
 /// Loads the optimizer state and run state of a checkpoint folder into `optimizer`.
 ///
 /// # Errors

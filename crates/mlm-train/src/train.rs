@@ -347,7 +347,7 @@ pub fn resume<B: AutodiffBackend>(
     let mut config = dir.load_config()?;
     let from = checkpoint::latest(run_dir)?;
     let done: RunState = read_json(&from.join("state.json"))?;
-    if !from.join("optimizer.mpk").is_file() {
+    if !checkpoint::has_optimizer_state(&from) {
         return Err(TrainError::InvalidInput(format!(
             "{} has no optimizer state (an imported run has none): predict, eval and export-hf \
              read it, but it cannot be resumed",
