@@ -1,14 +1,20 @@
 //! WordPiece tokenizer (the `tokenizers` crate): trained on the training split, or loaded
 //! from a `tokenizer.json` or a BERT `vocab.txt`.
 
+use std::collections::HashMap;
 use std::path::Path;
 
-use tokenizers::models::TrainerWrapper;
-use tokenizers::models::wordpiece::{WordPiece, WordPieceTrainer};
+use ahash::{AHashMap, RandomState};
+use compact_str::CompactString;
+use tokenizers::models::bpe::{BPE, BpeTrainer};
+use tokenizers::models::wordpiece::WordPiece;
 use tokenizers::normalizers::bert::BertNormalizer;
 use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
 use tokenizers::processors::template::TemplateProcessing;
-use tokenizers::{AddedToken, Tokenizer};
+use tokenizers::{
+    AddedToken, NormalizedString, Normalizer, OffsetReferential, OffsetType, PreTokenizedString,
+    PreTokenizer, Tokenizer,
+};
 
 use crate::error::TrainError;
 
@@ -34,32 +40,43 @@ pub struct WordPieceTokenizer {
 
 impl WordPieceTokenizer {
     /// Trains an uncased WordPiece vocabulary of `vocab_size` tokens (specials included)
-    /// on `sentences`.
+    /// on `sentences`: the same sentences give a byte-identical vocabulary in every process.
+    ///
+    /// `tokenizers`' own `Tokenizer::train` is not deterministic across processes: it counts
+    /// words into a hash map keyed per process at random, and its trainer numbers the
+    /// `##`-continuation pieces in that map's iteration order. Merges of equal frequency are
+    /// then ranked by those numbers, so each process learns a slightly different vocabulary.
+    /// Here the words are counted by us, in sorted order, into a map with fixed hash keys,
+    /// and handed to the same trainer (`BpeTrainer::do_train`, which WordPiece training
+    /// wraps).
     ///
     /// # Errors
     /// [`TrainError::Tokenizer`] if training fails.
     pub fn train<'a>(
-        sentences: impl Iterator<Item = &'a str> + Send,
+        sentences: impl Iterator<Item = &'a str>,
         vocab_size: usize,
     ) -> Result<Self, TrainError> {
         let fail = |e: tokenizers::Error| TrainError::Tokenizer {
             path: "(training)".into(),
             reason: e.to_string(),
         };
-        let mut tokenizer = bert_pipeline(WordPiece::default());
-        let trainer = WordPieceTrainer::builder()
+        let specials: Vec<AddedToken> = SPECIAL_TOKENS
+            .iter()
+            .map(|t| AddedToken::from(*t, true))
+            .collect();
+        let trainer = BpeTrainer::builder()
             .vocab_size(vocab_size)
             .min_frequency(2)
             .show_progress(false)
-            .special_tokens(
-                SPECIAL_TOKENS
-                    .iter()
-                    .map(|t| AddedToken::from(*t, true))
-                    .collect(),
-            )
+            .special_tokens(specials.clone())
+            .continuing_subword_prefix("##".into())
             .build();
-        let mut trainer: TrainerWrapper = trainer.into();
-        tokenizer.train(&mut trainer, sentences).map_err(fail)?;
+        let mut bpe = BPE::default();
+        trainer
+            .do_train(&word_counts(sentences).map_err(fail)?, &mut bpe)
+            .map_err(fail)?;
+        let mut tokenizer = bert_pipeline(WordPiece::from_bpe(&bpe));
+        tokenizer.add_special_tokens(&specials);
         Self::new(tokenizer, Path::new("(training)"))
     }
 
@@ -208,6 +225,35 @@ impl WordPieceTokenizer {
             .id_to_token(id)
             .unwrap_or_else(|| SPECIAL_TOKENS[1].to_string())
     }
+}
+
+/// How often each word of `sentences` occurs after BERT's normalisation and
+/// pre-tokenisation, in a map whose iteration order depends on its contents alone: fixed
+/// hash keys, words inserted in sorted order.
+fn word_counts<'a>(
+    sentences: impl Iterator<Item = &'a str>,
+) -> tokenizers::Result<AHashMap<CompactString, u64>> {
+    let normalizer = BertNormalizer::default();
+    let mut counts: HashMap<String, u64> = HashMap::new();
+    for sentence in sentences {
+        let mut normalized = NormalizedString::from(sentence);
+        normalizer.normalize(&mut normalized)?;
+        let mut words = PreTokenizedString::from(normalized);
+        BertPreTokenizer.pre_tokenize(&mut words)?;
+        for (word, _, _) in words.get_splits(OffsetReferential::Original, OffsetType::Byte) {
+            *counts.entry(word.to_owned()).or_default() += 1;
+        }
+    }
+    let mut sorted: Vec<(String, u64)> = counts.into_iter().collect();
+    sorted.sort_unstable();
+    let mut map =
+        AHashMap::with_capacity_and_hasher(sorted.len(), RandomState::with_seeds(1, 2, 3, 4));
+    map.extend(
+        sorted
+            .into_iter()
+            .map(|(word, n)| (CompactString::from(word), n)),
+    );
+    Ok(map)
 }
 
 /// BERT's uncased pipeline around a WordPiece model: clean text, lowercase, strip accents,
