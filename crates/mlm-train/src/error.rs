@@ -42,6 +42,30 @@ pub enum TrainError {
     /// A user input (e.g. a fill-mask text) cannot be used.
     #[error("{0}")]
     InvalidInput(String),
+    /// Another process writes this run directory (it holds the directory's `.lock`).
+    #[error(
+        "run directory {dir} is in use by process {holder} (another `mlm-train train`): wait \
+         for it to finish or stop it; nothing was written"
+    )]
+    RunInUse {
+        /// The run directory.
+        dir: PathBuf,
+        /// The PID of the process holding the lock, as it wrote it.
+        holder: String,
+    },
+    /// A training step would need more memory than the machine has.
+    #[error(
+        "a training step needs about {needed_gib:.1} GiB ({what}), more than this machine's \
+         {available_gib:.1} GiB: lower --max-seq-len or --batch-size"
+    )]
+    StepTooLarge {
+        /// The estimate, GiB.
+        needed_gib: f64,
+        /// The machine's memory (or the process's memory limit), GiB.
+        available_gib: f64,
+        /// What dominates the estimate.
+        what: String,
+    },
     /// A configuration is inconsistent.
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -19,9 +19,13 @@ pub mod checkpoint;
 pub mod data;
 pub mod error;
 pub mod hf;
+pub mod memory;
 pub mod model;
 pub mod predict;
+pub mod progress;
 pub mod report;
+pub mod run_dir;
+pub mod stop;
 pub mod train;
 
 pub use error::TrainError;

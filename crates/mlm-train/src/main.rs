@@ -5,7 +5,7 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use mlm_train::backend::BackendKind;
 use mlm_train::bench::{BackendBenchConfig, compare_backends, markdown_table, save_rows};
 use mlm_train::data::fetch_corpus;
@@ -191,7 +191,7 @@ struct TrainArgs {
     #[arg(long, conflicts_with = "resume")]
     grad_accumulation: Option<usize>,
     /// Peak learning rate.
-    #[arg(long, conflicts_with = "resume")]
+    #[arg(long, conflicts_with = "resume", allow_negative_numbers = true)]
     learning_rate: Option<f64>,
     /// Warm-up steps.
     #[arg(long, conflicts_with = "resume")]
@@ -215,10 +215,10 @@ struct TrainArgs {
     #[arg(long, conflicts_with = "resume")]
     intermediate_size: Option<usize>,
     /// Share of tokens selected for prediction in training batches.
-    #[arg(long, conflicts_with = "resume")]
+    #[arg(long, conflicts_with = "resume", allow_negative_numbers = true)]
     mlm_probability: Option<f64>,
     /// Dropout (hidden and attention).
-    #[arg(long, conflicts_with = "resume")]
+    #[arg(long, conflicts_with = "resume", allow_negative_numbers = true)]
     dropout: Option<f64>,
     /// Start the first layer's heads on the neighbouring tokens (true unless set to false;
     /// `local_attention_init` in config.json, README "What the main job learns").
@@ -235,6 +235,36 @@ struct TrainArgs {
     seed: Option<u64>,
 }
 
+/// The flags of `train` that set a `TrainConfig` field: one table for setting them and for
+/// showing their defaults in `train --help`.
+macro_rules! config_flags {
+    ($($flag:ident => $($field:ident).+),* $(,)?) => {
+        impl TrainArgs {
+            /// Sets the field of each flag given.
+            fn apply_flags(&self, c: &mut TrainConfig) {
+                $(if let Some(v) = self.$flag.clone() { c.$($field).+ = v; })*
+            }
+
+            /// `(flag, default)` for each flag, from `defaults`.
+            fn flag_defaults(defaults: &TrainConfig) -> Vec<(&'static str, String)> {
+                vec![$((stringify!($flag), defaults.$($field).+.to_string())),*]
+            }
+        }
+    };
+}
+
+config_flags!(
+    max_steps => max_steps, batch_size => batch_size,
+    grad_accumulation => grad_accumulation, learning_rate => learning_rate,
+    warmup_steps => warmup_steps, max_seq_len => max_seq_len, vocab_size => vocab_size,
+    hidden_size => model.hidden_size, layers => model.num_hidden_layers,
+    heads => model.num_attention_heads, intermediate_size => model.intermediate_size,
+    eval_every => eval_every, checkpoint_every => checkpoint_every, seed => seed,
+    mlm_probability => mlm_probability,
+    local_attention_init => model.local_attention_init,
+    dropout => model.hidden_dropout_prob,
+);
+
 impl TrainArgs {
     /// The configuration: defaults, then `--config`, then each flag given.
     fn config(&self) -> Result<TrainConfig, TrainError> {
@@ -244,26 +274,12 @@ impl TrainArgs {
             None => defaults,
         };
         c.corpus = self.corpus.clone();
-        macro_rules! set {
-            ($($flag:ident => $($field:ident).+),* $(,)?) => {
-                $(if let Some(v) = self.$flag.clone() { c.$($field).+ = v; })*
-            };
-        }
-        set!(
-            max_steps => max_steps, batch_size => batch_size,
-            grad_accumulation => grad_accumulation, learning_rate => learning_rate,
-            warmup_steps => warmup_steps, max_seq_len => max_seq_len, vocab_size => vocab_size,
-            hidden_size => model.hidden_size, layers => model.num_hidden_layers,
-            heads => model.num_attention_heads, intermediate_size => model.intermediate_size,
-            eval_every => eval_every, checkpoint_every => checkpoint_every, seed => seed,
-            mlm_probability => mlm_probability,
-            local_attention_init => model.local_attention_init,
-        );
+        self.apply_flags(&mut c);
         if let Some(tokenizer) = &self.tokenizer {
             c.tokenizer = Some(tokenizer.clone());
         }
+        // `--dropout` sets both probabilities (the table above sets the first).
         if let Some(p) = self.dropout {
-            c.model.hidden_dropout_prob = p;
             c.model.attention_probs_dropout_prob = p;
         }
         c.model.max_position_embeddings = c.max_seq_len;
@@ -271,14 +287,15 @@ impl TrainArgs {
     }
 }
 
-fn run(cli: Cli) -> Result<(), TrainError> {
+fn run(cli: Cli) -> Result<ExitCode, TrainError> {
     match cli.command {
         Command::FetchCorpus { corpus } => {
             fetch_corpus(&corpus)?;
             println!("corpus ready in {}", corpus.display());
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }
         Command::Train(args) => {
+            mlm_train::stop::install_handlers()?;
             let summary = with_backend!(args.backend, |B, device| {
                 match &args.resume {
                     Some(dir) => resume::<B>(dir, args.max_steps, &device, args.backend.name()),
@@ -314,7 +331,22 @@ fn run(cli: Cli) -> Result<(), TrainError> {
                 )
             );
             println!("run saved in {}", run.display());
-            Ok(())
+            Ok(
+                match mlm_train::stop::requested().filter(|_| summary.stopped_by.is_some()) {
+                    Some(signal) => {
+                        eprintln!(
+                            "stopped by {} at step {} of {}, checkpoint saved: continue with \
+                         `mlm-train train --resume {}`",
+                            signal.name(),
+                            summary.steps,
+                            summary.max_steps,
+                            run.display()
+                        );
+                        ExitCode::from(signal.exit_status())
+                    }
+                    None => ExitCode::SUCCESS,
+                },
+            )
         }
         Command::Bench(BenchCommand::Backends(args)) => {
             let kinds = if args.backends.is_empty() {
@@ -327,7 +359,7 @@ fn run(cli: Cli) -> Result<(), TrainError> {
             println!("{}", markdown_table(&config, &rows));
             save_rows(&args.json, &rows)?;
             println!("rows written to {}", args.json.display());
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }
         Command::Predict {
             run,
@@ -342,7 +374,7 @@ fn run(cli: Cli) -> Result<(), TrainError> {
                     println!("  {token:<16} {p:.4}");
                 }
             }
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }),
         Command::Eval {
             run,
@@ -366,7 +398,7 @@ fn run(cli: Cli) -> Result<(), TrainError> {
                 "{split} {}",
                 loss_by_input(eval.mask_loss, eval.random_loss, eval.unchanged_loss)
             );
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }),
         Command::ImportHf {
             dir,
@@ -386,12 +418,12 @@ fn run(cli: Cli) -> Result<(), TrainError> {
                 m.num_parameters(),
                 out.display()
             );
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }),
         Command::ExportHf { run, out, backend } => with_backend!(backend, |B, device| {
             export_run::<B>(&run, &out, &device)?;
             println!("exported {} to {}", run.display(), out.display());
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }),
     }
 }
@@ -408,9 +440,25 @@ fn loss_by_input(mask: Option<f64>, random: Option<f64>, unchanged: Option<f64>)
     )
 }
 
+/// The command line, with the effective defaults of `train`'s configuration flags in its
+/// help. The flags themselves stay unset unless given, so that they override `--config`.
+fn command() -> clap::Command {
+    let defaults = TrainArgs::flag_defaults(&TrainConfig::new(DEFAULT_CORPUS.into()));
+    Cli::command().mut_subcommand("train", |mut train| {
+        for (flag, default) in defaults {
+            train = train.mut_arg(flag, |arg| {
+                let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+                arg.help(format!("{help} [default: {default}]"))
+            });
+        }
+        train
+    })
+}
+
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
+    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
+    match run(cli) {
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE

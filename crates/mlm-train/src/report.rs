@@ -238,16 +238,41 @@ pub struct Summary {
     pub gain_over_unigram: f64,
     /// Accuracy of always predicting the most frequent token.
     pub most_frequent_token_accuracy: f64,
-    /// Mean training throughput, real tokens per second.
+    /// Mean training throughput over the whole run (every resumed session), real tokens
+    /// per second of `wall_time_seconds`; `last_segment` has this session's alone.
     pub tokens_per_second: f64,
-    /// Training wall time, seconds (summed over resumed sessions).
+    /// Training wall time, seconds (summed over resumed sessions; validation and
+    /// checkpoints included).
     pub wall_time_seconds: f64,
     /// Optimizer steps done.
     pub steps: usize,
+    /// The run's last step; `steps` is smaller if a signal stopped it early.
+    #[serde(default)]
+    pub max_steps: usize,
+    /// `SIGINT` or `SIGTERM` if the run stopped early on that signal (after a checkpoint at
+    /// `steps`, from which `train --resume` continues), `null` if it reached `max_steps`.
+    #[serde(default)]
+    pub stopped_by: Option<String>,
+    /// The session that wrote this summary: the whole run, or its last resume.
+    #[serde(default)]
+    pub last_segment: SegmentSummary,
     /// Trainable parameters.
     pub parameters: usize,
     /// Backend name (`flex`, `ndarray`, `wgpu`).
     pub backend: String,
     /// The device the backend ran on, in words.
     pub adapter: String,
+}
+
+/// One training session of a run: the first run, or one `--resume` of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct SegmentSummary {
+    /// The first step this session trained (1-based).
+    pub first_step: usize,
+    /// Steps this session trained.
+    pub steps: usize,
+    /// This session's training wall time, seconds.
+    pub seconds: f64,
+    /// This session's throughput, real tokens per second.
+    pub tokens_per_second: f64,
 }

@@ -15,7 +15,6 @@ use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param};
 use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Distribution, ElementConversion, Tensor, TensorData};
-use indicatif::{ProgressBar, ProgressStyle};
 use mlm_core::{IGNORE_INDEX, MaskedCrossEntropy, Masker, MaskingConfig};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -24,7 +23,9 @@ use crate::checkpoint::{self, RunState};
 use crate::data::{self, MlmBatch, WordPieceTokenizer, epoch_order, make_batch, make_shards};
 use crate::error::{TrainError, io, read_json, write_json};
 use crate::model::{BertConfig, BertForMaskedLm};
-use crate::report::{MetricsLog, MetricsRow, Summary, plot_loss_curve};
+use crate::progress::Progress;
+use crate::report::{MetricsLog, MetricsRow, SegmentSummary, Summary, plot_loss_curve};
+pub use crate::run_dir::RunDir;
 
 /// Everything that defines a run; saved as `config.json` in the run directory.
 #[derive(Config, Debug)]
@@ -98,7 +99,8 @@ impl TrainConfig {
     /// half-made run directory behind.
     ///
     /// # Errors
-    /// [`TrainError::Config`] naming the setting.
+    /// [`TrainError::Config`] naming the setting; [`TrainError::StepTooLarge`] if a step
+    /// would need more memory than the machine has ([`crate::memory::check_fits`]).
     pub fn validate(&self) -> Result<(), TrainError> {
         let bad = |message: String| Err(TrainError::Config(message));
         for (name, value) in [
@@ -158,10 +160,18 @@ impl TrainConfig {
                 self.max_seq_len, self.model.max_position_embeddings
             ));
         }
+        if self.warmup_steps > self.max_steps {
+            return bad(format!(
+                "warmup_steps = {} exceeds max_steps = {}: the learning rate would never \
+                 reach its peak (pass a smaller --warmup-steps)",
+                self.warmup_steps, self.max_steps
+            ));
+        }
         // The vocabulary size comes from the tokenizer; check the other sizes now.
         let mut model = self.model.clone();
         model.vocab_size = model.vocab_size.max(1);
-        model.validate().map_err(TrainError::Config)
+        model.validate().map_err(TrainError::Config)?;
+        crate::memory::check_fits(self)
     }
 }
 
@@ -188,44 +198,6 @@ impl EvalMetrics {
     /// `exp(loss)`.
     pub fn perplexity(&self) -> f64 {
         self.loss.exp()
-    }
-}
-
-/// A run directory's files.
-pub struct RunDir(pub PathBuf);
-
-impl RunDir {
-    /// `config.json`.
-    pub fn config(&self) -> PathBuf {
-        self.0.join("config.json")
-    }
-    /// `tokenizer.json`.
-    pub fn tokenizer(&self) -> PathBuf {
-        self.0.join("tokenizer.json")
-    }
-    /// Loads the run's configuration. A run made before a model flag existed
-    /// (`sinusoidal_positions`, `local_attention_init`) was made without it: the flag reads
-    /// as `false`.
-    ///
-    /// # Errors
-    /// [`TrainError::InvalidInput`] if the folder has no `config.json` (it is not a run);
-    /// [`TrainError::Json`] / [`TrainError::Io`] naming `config.json`.
-    pub fn load_config(&self) -> Result<TrainConfig, TrainError> {
-        let path = self.config();
-        if !path.is_file() {
-            return Err(TrainError::InvalidInput(format!(
-                "{} is not a run directory: it has no config.json (`mlm-train train --run DIR` \
-                 makes one)",
-                self.0.display()
-            )));
-        }
-        let mut value: serde_json::Value = read_json(&path)?;
-        if let Some(model) = value.get_mut("model").and_then(|m| m.as_object_mut()) {
-            for flag in ["sinusoidal_positions", "local_attention_init"] {
-                model.entry(flag).or_insert(false.into());
-            }
-        }
-        serde_json::from_value(value).map_err(|source| TrainError::Json { path, source })
     }
 }
 
@@ -269,9 +241,24 @@ pub fn config_with_overrides(
     }
     let overrides: serde_json::Value = read_json(path)?;
     let mut value = serde_json::to_value(defaults).expect("a TrainConfig is JSON");
-    let invalid = |e: String| TrainError::Config(format!("{}: {e}", path.display()));
-    merge(&mut value, overrides, "").map_err(invalid)?;
-    serde_json::from_value(value).map_err(|e| invalid(e.to_string()))
+    merge(&mut value, overrides, "")
+        .map_err(|e| TrainError::Config(format!("{}: {e}", path.display())))?;
+    config_from_json(value, path)
+}
+
+/// The `TrainConfig` that `value`, read from the file at `path`, describes.
+///
+/// # Errors
+/// [`TrainError::Config`] naming `path` and the field for a value of the wrong type or a
+/// missing field (`max_steps: invalid type: string "20", expected usize`).
+pub(crate) fn config_from_json(
+    value: serde_json::Value,
+    path: &Path,
+) -> Result<TrainConfig, TrainError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let at = e.path().to_string();
+        TrainError::Config(format!("{}: {at}: {}", path.display(), e.into_inner()))
+    })
 }
 
 /// The learning rate at `step` (1-based): linear warm-up to `peak`, then linear decay to 0.
@@ -287,9 +274,13 @@ pub fn learning_rate(config: &TrainConfig, step: usize) -> f64 {
 
 /// Starts a new run in `run_dir` (which must not hold one) and trains it to the end.
 ///
+/// A SIGINT or SIGTERM (once [`crate::stop::install_handlers`] ran) ends the run early after
+/// the current step, with a checkpoint, the plot and the summary: `Summary::stopped_by`.
+///
 /// # Errors
-/// Any data, configuration, checkpoint or numeric error, naming its file or step. A run that
-/// fails before its first checkpoint leaves no run behind (`run_dir` is removed if this call
+/// [`TrainError::RunInUse`], before anything is written, if another process writes
+/// `run_dir`. Any data, configuration, checkpoint or numeric error, naming its file or
+/// step. A run that fails before its first checkpoint leaves no run behind (`run_dir` is removed if this call
 /// made it; otherwise its `config.json` is), so the same command can be run again.
 pub fn train<B: AutodiffBackend>(
     mut config: TrainConfig,
@@ -303,23 +294,13 @@ pub fn train<B: AutodiffBackend>(
         .map_err(|_| TrainError::CorpusNotFound(config.corpus.clone()))?;
     let dir = RunDir(run_dir.to_path_buf());
     if dir.config().exists() {
-        return Err(TrainError::Config(format!(
-            "{} already holds a run: pass --resume {0} to continue it, or choose another --run",
-            run_dir.display()
-        )));
+        return Err(already_a_run(run_dir));
     }
-    let tokenizer = config
-        .tokenizer
-        .as_deref()
-        .map(WordPieceTokenizer::from_file)
-        .transpose()?;
-    let prepared = prepare_data(&config, tokenizer)?;
     let created = !run_dir.exists();
     std::fs::create_dir_all(run_dir).map_err(io(run_dir))?;
-    prepared.tokenizer.save(&dir.tokenizer())?;
-    config.model.vocab_size = prepared.tokenizer.vocab_size();
-    write_json(&dir.config(), &config)?;
-    let result = run::<B>(&config, run_dir, prepared, None, device, backend);
+    // Another process may have made the folder: if it holds the lock, nothing is removed.
+    let _lock = dir.lock()?;
+    let result = start::<B>(&mut config, &dir, device, backend);
     if result.is_err() && checkpoint::latest(run_dir).is_err() {
         // Nothing to resume from: undo the run's files, so that the same command can be
         // run again rather than be refused because the folder "already holds a run".
@@ -330,6 +311,37 @@ pub fn train<B: AutodiffBackend>(
         };
     }
     result
+}
+
+fn already_a_run(run_dir: &Path) -> TrainError {
+    TrainError::Config(format!(
+        "{} already holds a run: pass --resume {0} to continue it, or choose another --run",
+        run_dir.display()
+    ))
+}
+
+/// Writes the tokenizer and `config.json` of a new run in the locked `dir`, then trains.
+fn start<B: AutodiffBackend>(
+    config: &mut TrainConfig,
+    dir: &RunDir,
+    device: &B::Device,
+    backend: &str,
+) -> Result<Summary, TrainError> {
+    // A run that another process finished while this one waited for nothing (the lock
+    // is taken after the first check).
+    if dir.config().exists() {
+        return Err(already_a_run(&dir.0));
+    }
+    let tokenizer = config
+        .tokenizer
+        .as_deref()
+        .map(WordPieceTokenizer::from_file)
+        .transpose()?;
+    let prepared = prepare_data(config, tokenizer)?;
+    prepared.tokenizer.save(&dir.tokenizer())?;
+    config.model.vocab_size = prepared.tokenizer.vocab_size();
+    write_json(&dir.config(), config)?;
+    run::<B>(config, &dir.0, prepared, None, device, backend)
 }
 
 /// Continues the run in `run_dir` from its newest complete checkpoint, optionally to a
@@ -345,6 +357,7 @@ pub fn resume<B: AutodiffBackend>(
 ) -> Result<Summary, TrainError> {
     let dir = RunDir(run_dir.to_path_buf());
     let mut config = dir.load_config()?;
+    let _lock = dir.lock()?;
     let from = checkpoint::latest(run_dir)?;
     let done: RunState = read_json(&from.join("state.json"))?;
     if !checkpoint::has_optimizer_state(&from) {
@@ -384,6 +397,17 @@ fn prepare_data(
     config: &TrainConfig,
     tokenizer: Option<WordPieceTokenizer>,
 ) -> Result<data::PreparedData, TrainError> {
+    eprintln!(
+        "reading {}{}",
+        config.corpus.display(),
+        match tokenizer {
+            Some(_) => String::new(),
+            None => format!(
+                " and training a WordPiece vocabulary of {}",
+                config.vocab_size
+            ),
+        }
+    );
     let prepared = data::prepare(
         &config.corpus,
         tokenizer,
@@ -391,6 +415,12 @@ fn prepare_data(
         config.max_seq_len,
         config.held_out_every,
     )?;
+    eprintln!(
+        "{} training and {} held-out sequences of up to {} tokens",
+        prepared.train.len(),
+        prepared.held_out.len(),
+        config.max_seq_len
+    );
     if prepared.train.len() < config.batch_size {
         return Err(TrainError::Config(format!(
             "the training split has {} sequences, fewer than one batch of {}",
@@ -695,17 +725,15 @@ fn run<B: AutodiffBackend>(
     let loss_fn = MaskedCrossEntropy::default();
     let batches_per_epoch = sequences.len() / config.batch_size;
 
-    let progress = ProgressBar::new(config.max_steps as u64).with_position(state.step as u64);
-    progress.set_style(
-        ProgressStyle::with_template(
-            "{bar:30} {pos}/{len} steps  {elapsed_precise} elapsed, ETA {eta_precise}  {msg}",
-        )
-        .expect("a valid template"),
-    );
+    let progress = Progress::new(state.step, config.max_steps);
     let started = Instant::now();
-    let elapsed_before = state.elapsed_seconds;
-    let tokens_before = state.tokens_seen;
+    let segment = Segment {
+        first_step: state.step,
+        elapsed_before: state.elapsed_seconds,
+        tokens_before: state.tokens_seen,
+    };
     let mut final_eval = None;
+    let mut stopped_by = None;
     // The current epoch's sequence order, recomputed when the epoch changes.
     let mut order: (Option<u64>, Vec<usize>) = (None, Vec::new());
 
@@ -777,9 +805,9 @@ fn run<B: AutodiffBackend>(
 
         state.step = step;
         state.tokens_seen += n_tokens as u64;
-        state.elapsed_seconds = elapsed_before + started.elapsed().as_secs_f64();
+        state.elapsed_seconds = segment.elapsed_before + started.elapsed().as_secs_f64();
         let tokens_per_second =
-            (state.tokens_seen - tokens_before) as f64 / started.elapsed().as_secs_f64();
+            (state.tokens_seen - segment.tokens_before) as f64 / started.elapsed().as_secs_f64();
         let row = |split: &str, loss: f64, accuracy: f64| MetricsRow {
             step,
             split: split.into(),
@@ -795,29 +823,39 @@ fn run<B: AutodiffBackend>(
             loss,
             n_correct as f64 / n_masked.max(1) as f64,
         ))?;
-        progress.set_position(step as u64);
-        progress.set_message(format!("loss {loss:.3}  {tokens_per_second:.0} tok/s"));
+        progress.step(step, loss, tokens_per_second);
 
+        // A stop request ends the run here, as if this were its last step, except that no
+        // metrics row is added: a resumed run then writes the same metrics.csv as an
+        // uninterrupted one.
         let last = step == config.max_steps;
+        stopped_by = crate::stop::requested().filter(|_| !last);
         if step.is_multiple_of(config.eval_every) || last {
+            progress.log(step, loss, tokens_per_second);
             let eval = evaluate(&model.valid(), &held_out, &tokenizer, config, device)?;
             metrics.push(row("valid", eval.loss, eval.accuracy))?;
-            // `suspend`, not `println`: the line must reach logs when no bar is drawn.
-            progress.suspend(|| {
-                println!(
-                    "step {step}: validation loss {:.4} (unigram {unigram_entropy:.4}), accuracy {:.1} %, perplexity {:.1}",
-                    eval.loss,
-                    100.0 * eval.accuracy,
-                    eval.perplexity()
-                )
-            });
+            progress.println(&format!(
+                "step {step}: validation loss {:.4} (unigram {unigram_entropy:.4}), accuracy {:.1} %, perplexity {:.1}",
+                eval.loss,
+                100.0 * eval.accuracy,
+                eval.perplexity()
+            ));
             final_eval = Some(eval);
         }
-        if step.is_multiple_of(config.checkpoint_every) || last {
+        if step.is_multiple_of(config.checkpoint_every) || last || stopped_by.is_some() {
             checkpoint::save(run_dir, &model, &optimizer, &state)?;
         }
+        if stopped_by.is_some() {
+            if !(step.is_multiple_of(config.eval_every) || last) {
+                final_eval = None;
+            }
+            break;
+        }
     }
-    progress.finish();
+    match stopped_by {
+        Some(_) => progress.abandon(),
+        None => progress.finish(),
+    }
 
     let final_eval = match final_eval {
         Some(eval) => eval,
@@ -828,7 +866,6 @@ fn run<B: AutodiffBackend>(
         unigram_entropy,
         &run_dir.join("loss_curve.png"),
     )?;
-    let trained_tokens = state.tokens_seen - tokens_before;
     let summary = Summary {
         final_valid_loss: final_eval.loss,
         valid_accuracy: final_eval.accuracy,
@@ -839,13 +876,35 @@ fn run<B: AutodiffBackend>(
         unigram_entropy,
         gain_over_unigram: unigram_entropy - final_eval.loss,
         most_frequent_token_accuracy: most_frequent,
-        tokens_per_second: trained_tokens as f64 / started.elapsed().as_secs_f64().max(1e-9),
+        tokens_per_second: state.tokens_seen as f64 / state.elapsed_seconds.max(1e-9),
         wall_time_seconds: state.elapsed_seconds,
         steps: state.step,
+        max_steps: config.max_steps,
+        stopped_by: stopped_by.map(|signal| signal.name().into()),
+        last_segment: segment.report(&state, started.elapsed().as_secs_f64()),
         parameters: config.model.num_parameters(),
         backend: backend.into(),
         adapter: crate::backend::adapter_name(backend),
     };
     write_json(&run_dir.join("summary.json"), &summary)?;
     Ok(summary)
+}
+
+/// Where this session (a new run, or one resume of it) started.
+struct Segment {
+    first_step: usize,
+    elapsed_before: f64,
+    tokens_before: u64,
+}
+
+impl Segment {
+    /// This session's share of the run, once it reached `state` after `seconds`.
+    fn report(&self, state: &RunState, seconds: f64) -> SegmentSummary {
+        SegmentSummary {
+            first_step: self.first_step + 1,
+            steps: state.step - self.first_step,
+            seconds,
+            tokens_per_second: (state.tokens_seen - self.tokens_before) as f64 / seconds.max(1e-9),
+        }
+    }
 }

