@@ -579,10 +579,9 @@ fn parameters(model: &BertForMaskedLm<NdArray>) -> Vec<f32> {
 
 #[test]
 fn two_runs_with_one_seed_and_tokenizer_are_bit_identical_on_ndarray() {
-    // docs/RELIABILITY.md, "Determinism": tokenizers 0.22 breaks ties between equally
-    // frequent pairs in the order of a hash map keyed randomly per process, so both runs
-    // use the first run's tokenizer.json (as a resume does). Given that, every loss and
-    // every weight agrees bit for bit.
+    // docs/RELIABILITY.md, "Determinism": both runs use the first run's tokenizer.json (as
+    // a resume does), so this checks the training alone: every loss and every weight agrees
+    // bit for bit. `processes.rs` checks fresh runs, tokenizer included, in two processes.
     let tmp = tempfile::tempdir().unwrap();
     let first = trained(tmp.path(), "first", micro_config().with_max_steps(1));
     let config = || {
