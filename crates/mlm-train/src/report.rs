@@ -271,7 +271,7 @@ pub struct SegmentSummary {
     pub first_step: usize,
     /// Steps this session trained.
     pub steps: usize,
-    /// This session's training wall time, seconds.
+    /// This session's training wall time, seconds (its share of `wall_time_seconds`).
     pub seconds: f64,
     /// This session's throughput, real tokens per second.
     pub tokens_per_second: f64,

@@ -348,7 +348,8 @@ fn start<B: AutodiffBackend>(
 /// new `max_steps`.
 ///
 /// # Errors
-/// As [`train`], and [`TrainError::Checkpoint`] if no complete checkpoint exists.
+/// As [`train`] ([`TrainError::RunInUse`] while another process writes `run_dir`), and
+/// [`TrainError::Checkpoint`] if no complete checkpoint exists.
 pub fn resume<B: AutodiffBackend>(
     run_dir: &Path,
     max_steps: Option<usize>,
@@ -881,7 +882,7 @@ fn run<B: AutodiffBackend>(
         steps: state.step,
         max_steps: config.max_steps,
         stopped_by: stopped_by.map(|signal| signal.name().into()),
-        last_segment: segment.report(&state, started.elapsed().as_secs_f64()),
+        last_segment: segment.report(&state),
         parameters: config.model.num_parameters(),
         backend: backend.into(),
         adapter: crate::backend::adapter_name(backend),
@@ -898,8 +899,9 @@ struct Segment {
 }
 
 impl Segment {
-    /// This session's share of the run, once it reached `state` after `seconds`.
-    fn report(&self, state: &RunState, seconds: f64) -> SegmentSummary {
+    /// This session's share of the run, once it reached `state`.
+    fn report(&self, state: &RunState) -> SegmentSummary {
+        let seconds = state.elapsed_seconds - self.elapsed_before;
         SegmentSummary {
             first_step: self.first_step + 1,
             steps: state.step - self.first_step,

@@ -11,10 +11,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use burn::backend::NdArray;
-use burn::module::{Module, ModuleVisitor, Param};
-use burn::tensor::Tensor;
-use common::tiny_config;
-use mlm_train::BertConfig;
+use common::parameters;
 use mlm_train::checkpoint;
 use mlm_train::report::{MetricsRow, Summary, read_metrics};
 use mlm_train::train::{RunDir, TrainConfig};
@@ -22,21 +19,9 @@ use mlm_train::train::{RunDir, TrainConfig};
 /// The `mlm-train` binary of this build.
 const BIN: &str = env!("CARGO_BIN_EXE_mlm-train");
 
-/// Hidden size 16, 1 layer, sequences of 32, batches of 8: a step takes milliseconds.
+/// The micro config for `max_steps`, evaluated and checkpointed at the end.
 fn micro_config(max_steps: usize) -> TrainConfig {
-    tiny_config()
-        .with_model(
-            BertConfig::new(0)
-                .with_hidden_size(16)
-                .with_num_hidden_layers(1)
-                .with_num_attention_heads(2)
-                .with_intermediate_size(32)
-                .with_max_position_embeddings(32),
-        )
-        .with_vocab_size(300)
-        .with_max_seq_len(32)
-        .with_batch_size(8)
-        .with_grad_accumulation(1)
+    common::micro_config()
         .with_max_steps(max_steps)
         .with_eval_every(max_steps)
         .with_checkpoint_every(max_steps)
@@ -100,22 +85,21 @@ fn metrics(run: &Path) -> Vec<(usize, String, f64, f64, f64)> {
         .collect()
 }
 
-/// Every weight of the checkpoint at `step`, in module order (the files themselves differ:
-/// Burn records hold parameter ids drawn per process).
+/// Every weight of the checkpoint at `step` (the files themselves differ: Burn records
+/// hold parameter ids drawn per process).
 fn weights(run: &Path, step: usize) -> Vec<f32> {
-    struct Values(Vec<f32>);
-    impl ModuleVisitor<NdArray> for Values {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<NdArray, D>>) {
-            self.0
-                .extend(param.val().into_data().to_vec::<f32>().unwrap());
-        }
-    }
     let config = RunDir(run.to_path_buf()).load_config().unwrap();
     let dir = checkpoint::checkpoint_dir(run, step);
-    let model = checkpoint::load_model::<NdArray>(&dir, &config.model, &Default::default());
-    let mut values = Values(Vec::new());
-    model.unwrap().visit(&mut values);
-    values.0
+    parameters(
+        &checkpoint::load_model::<NdArray>(&dir, &config.model, &Default::default()).unwrap(),
+    )
+}
+
+/// `mlm-train train --resume RUN [extra]`, which must succeed.
+fn resume(run: &Path, extra: &[&str]) {
+    let mut command = Command::new(BIN);
+    command.args(["train", "--resume", arg(run)]).args(extra);
+    run_to_end(command);
 }
 
 #[test]
@@ -202,15 +186,7 @@ fn ctrl_c_and_sigterm_stop_with_a_checkpoint_and_the_resume_is_bit_identical() {
         assert_eq!(newest, checkpoint::checkpoint_dir(&run, stopped.steps));
         assert!(run.join("loss_curve.png").is_file());
 
-        let out = Command::new(BIN)
-            .args(["train", "--resume", arg(&run)])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        resume(&run, &[]);
         assert_eq!(metrics(&run), metrics(&whole), "SIG{name}");
         assert_eq!(results(&summary(&run)), results(&summary(&whole)));
         let last = summary(&run).last_segment;
@@ -244,15 +220,7 @@ fn a_second_signal_aborts_at_once_and_leaves_no_checkpoint_a_resume_would_load()
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(mlm_train::stop::ABORTED));
     let newest = checkpoint::latest(&run).unwrap();
-    let out = Command::new(BIN)
-        .args(["train", "--resume", arg(&run), "--max-steps", "60"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    resume(&run, &["--max-steps", "60"]);
     let steps: Vec<usize> = metrics(&run)
         .iter()
         .filter(|r| r.1 == "train")

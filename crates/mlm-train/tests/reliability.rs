@@ -9,9 +9,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use burn::backend::{Autodiff, NdArray};
-use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
-use common::{copy_dir, tiny_config, train_losses};
+use common::{copy_dir, micro_config, parameters, train_losses};
 use mlm_train::checkpoint;
 use mlm_train::predict::TrainedRun;
 use mlm_train::report::{MetricsRow, read_metrics};
@@ -22,24 +21,6 @@ type B = Autodiff<NdArray>;
 
 /// The `mlm-train` binary of this build.
 const BIN: &str = env!("CARGO_BIN_EXE_mlm-train");
-
-/// Hidden size 16, 1 layer, sequences of 32, batches of 8: a step takes milliseconds.
-fn micro_config() -> TrainConfig {
-    tiny_config()
-        .with_model(
-            BertConfig::new(0)
-                .with_hidden_size(16)
-                .with_num_hidden_layers(1)
-                .with_num_attention_heads(2)
-                .with_intermediate_size(32)
-                .with_max_position_embeddings(32),
-        )
-        .with_vocab_size(300)
-        .with_max_seq_len(32)
-        .with_batch_size(8)
-        .with_grad_accumulation(1)
-        .with_max_steps(20)
-}
 
 /// Trains `config` into `dir/name` in this process.
 fn trained(dir: &Path, name: &str, config: TrainConfig) -> PathBuf {
@@ -561,20 +542,6 @@ fn sigkill_mid_run_and_mid_checkpoint_resumes_from_the_last_complete_checkpoint(
             );
         }
     }
-}
-
-/// Every float parameter's values, in module order.
-fn parameters(model: &BertForMaskedLm<NdArray>) -> Vec<f32> {
-    struct Values(Vec<f32>);
-    impl ModuleVisitor<NdArray> for Values {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<NdArray, D>>) {
-            let values: Vec<f32> = param.val().into_data().to_vec().unwrap();
-            self.0.extend(values);
-        }
-    }
-    let mut values = Values(Vec::new());
-    model.visit(&mut values);
-    values.0
 }
 
 #[test]

@@ -5,9 +5,12 @@
 
 use std::path::{Path, PathBuf};
 
-use mlm_train::BertConfig;
+use burn::backend::NdArray;
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::Tensor;
 use mlm_train::report::MetricsRow;
 use mlm_train::train::TrainConfig;
+use mlm_train::{BertConfig, BertForMaskedLm};
 
 /// Moby Dick chapters 1–8.
 pub fn corpus() -> PathBuf {
@@ -34,6 +37,38 @@ pub fn tiny_config() -> TrainConfig {
         .with_max_steps(30)
         .with_eval_every(10)
         .with_checkpoint_every(10)
+}
+
+/// Hidden size 16, 1 layer, sequences of 32, batches of 8: a step takes milliseconds.
+pub fn micro_config() -> TrainConfig {
+    tiny_config()
+        .with_model(
+            BertConfig::new(0)
+                .with_hidden_size(16)
+                .with_num_hidden_layers(1)
+                .with_num_attention_heads(2)
+                .with_intermediate_size(32)
+                .with_max_position_embeddings(32),
+        )
+        .with_vocab_size(300)
+        .with_max_seq_len(32)
+        .with_batch_size(8)
+        .with_grad_accumulation(1)
+        .with_max_steps(20)
+}
+
+/// Every float parameter's values, in module order.
+pub fn parameters(model: &BertForMaskedLm<NdArray>) -> Vec<f32> {
+    struct Values(Vec<f32>);
+    impl ModuleVisitor<NdArray> for Values {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<NdArray, D>>) {
+            let values: Vec<f32> = param.val().into_data().to_vec().unwrap();
+            self.0.extend(values);
+        }
+    }
+    let mut values = Values(Vec::new());
+    model.visit(&mut values);
+    values.0
 }
 
 /// `(step, loss)` of the training rows.
