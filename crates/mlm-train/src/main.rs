@@ -11,6 +11,7 @@ use mlm_train::bench::{BackendBenchConfig, compare_backends, markdown_table, sav
 use mlm_train::data::fetch_corpus;
 use mlm_train::hf::{export_run, import_run};
 use mlm_train::predict::TrainedRun;
+use mlm_train::report::Summary;
 use mlm_train::train::{TrainConfig, config_with_overrides, resume, train};
 use mlm_train::{BertConfig, TrainError, with_backend};
 
@@ -331,22 +332,7 @@ fn run(cli: Cli) -> Result<ExitCode, TrainError> {
                 )
             );
             println!("run saved in {}", run.display());
-            Ok(
-                match mlm_train::stop::requested().filter(|_| summary.stopped_by.is_some()) {
-                    Some(signal) => {
-                        eprintln!(
-                            "stopped by {} at step {} of {}, checkpoint saved: continue with \
-                         `mlm-train train --resume {}`",
-                            signal.name(),
-                            summary.steps,
-                            summary.max_steps,
-                            run.display()
-                        );
-                        ExitCode::from(signal.exit_status())
-                    }
-                    None => ExitCode::SUCCESS,
-                },
-            )
+            Ok(stop_status(&summary, run))
         }
         Command::Bench(BenchCommand::Backends(args)) => {
             let kinds = if args.backends.is_empty() {
@@ -426,6 +412,27 @@ fn run(cli: Cli) -> Result<ExitCode, TrainError> {
             Ok(ExitCode::SUCCESS)
         }),
     }
+}
+
+/// Success, or 128 + the number of the signal that stopped the run early (after its
+/// checkpoint), with a line saying how to continue.
+fn stop_status(summary: &Summary, run: &Path) -> ExitCode {
+    let Some(signal) = summary
+        .stopped_by
+        .as_ref()
+        .and(mlm_train::stop::requested())
+    else {
+        return ExitCode::SUCCESS;
+    };
+    eprintln!(
+        "stopped by {} at step {} of {}, checkpoint saved: continue with `mlm-train train \
+         --resume {}`",
+        signal.name(),
+        summary.steps,
+        summary.max_steps,
+        run.display()
+    );
+    ExitCode::from(signal.exit_status())
 }
 
 /// The held-out loss split by what the input showed at the graded positions ("n/a" where

@@ -280,8 +280,9 @@ pub fn learning_rate(config: &TrainConfig, step: usize) -> f64 {
 /// # Errors
 /// [`TrainError::RunInUse`], before anything is written, if another process writes
 /// `run_dir`. Any data, configuration, checkpoint or numeric error, naming its file or
-/// step. A run that fails before its first checkpoint leaves no run behind (`run_dir` is removed if this call
-/// made it; otherwise its `config.json` is), so the same command can be run again.
+/// step. A run that fails before its first checkpoint leaves no run behind (`run_dir` is
+/// removed if this call made it; otherwise its `config.json` is), so the same command can
+/// be run again.
 pub fn train<B: AutodiffBackend>(
     mut config: TrainConfig,
     run_dir: &Path,
@@ -327,8 +328,8 @@ fn start<B: AutodiffBackend>(
     device: &B::Device,
     backend: &str,
 ) -> Result<Summary, TrainError> {
-    // A run that another process finished while this one waited for nothing (the lock
-    // is taken after the first check).
+    // Checked again under the lock: another process may have made a run here between
+    // the first check and the lock.
     if dir.config().exists() {
         return Err(already_a_run(&dir.0));
     }
@@ -831,7 +832,8 @@ fn run<B: AutodiffBackend>(
         // uninterrupted one.
         let last = step == config.max_steps;
         stopped_by = crate::stop::requested().filter(|_| !last);
-        if step.is_multiple_of(config.eval_every) || last {
+        let evaluate_now = step.is_multiple_of(config.eval_every) || last;
+        if evaluate_now {
             progress.log(step, loss, tokens_per_second);
             let eval = evaluate(&model.valid(), &held_out, &tokenizer, config, device)?;
             metrics.push(row("valid", eval.loss, eval.accuracy))?;
@@ -847,7 +849,8 @@ fn run<B: AutodiffBackend>(
             checkpoint::save(run_dir, &model, &optimizer, &state)?;
         }
         if stopped_by.is_some() {
-            if !(step.is_multiple_of(config.eval_every) || last) {
+            // The summary's evaluation is of this step's weights.
+            if !evaluate_now {
                 final_eval = None;
             }
             break;

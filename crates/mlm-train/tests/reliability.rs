@@ -550,7 +550,11 @@ fn two_runs_with_one_seed_and_tokenizer_are_bit_identical_on_ndarray() {
     // a resume does), so this checks the training alone: every loss and every weight agrees
     // bit for bit. `processes.rs` checks fresh runs, tokenizer included, in two processes.
     let tmp = tempfile::tempdir().unwrap();
-    let first = trained(tmp.path(), "first", micro_config().with_max_steps(1));
+    let first = trained(
+        tmp.path(),
+        "first",
+        micro_config().with_max_steps(1).with_warmup_steps(1),
+    );
     let config = || {
         micro_config()
             .with_tokenizer(Some(first.join("tokenizer.json")))
