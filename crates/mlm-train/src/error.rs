@@ -53,10 +53,21 @@ pub enum TrainError {
         /// The PID of the process holding the lock, as it wrote it.
         holder: String,
     },
+    /// SIGINT or SIGTERM arrived before the first training step of this session: nothing
+    /// new was trained, so nothing was saved (a new run leaves no folder behind).
+    #[error("stopped by {signal} before training step {next_step}: nothing new to save")]
+    Stopped {
+        /// `SIGINT` or `SIGTERM`.
+        signal: &'static str,
+        /// The step that would have come next.
+        next_step: usize,
+        /// The process's exit status for it: 128 + the signal's number.
+        exit_status: u8,
+    },
     /// A training step would need more memory than the machine has.
     #[error(
         "a training step needs about {needed_gib:.1} GiB ({what}), more than this machine's \
-         {available_gib:.1} GiB: lower --max-seq-len or --batch-size"
+         {available_gib:.1} GiB: {hint}"
     )]
     StepTooLarge {
         /// The estimate, GiB.
@@ -65,6 +76,8 @@ pub enum TrainError {
         available_gib: f64,
         /// What dominates the estimate.
         what: String,
+        /// Which settings to lower.
+        hint: &'static str,
     },
     /// A configuration is inconsistent.
     #[error("invalid configuration: {0}")]

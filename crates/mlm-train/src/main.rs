@@ -162,9 +162,10 @@ impl BackendsArgs {
 // (`conflicts_with`), not silently ignored.
 #[derive(Args)]
 struct TrainArgs {
-    /// A .txt file or folder of them; the default corpus is fetched when missing.
-    #[arg(long, default_value = DEFAULT_CORPUS, conflicts_with = "resume")]
-    corpus: PathBuf,
+    /// A .txt file or folder of them (`corpus` of --config, else data/corpus, which is
+    /// fetched when missing).
+    #[arg(long, conflicts_with = "resume")]
+    corpus: Option<PathBuf>,
     /// Run directory: config.json, tokenizer.json, metrics.csv, checkpoints/, loss_curve.png, summary.json.
     #[arg(long, default_value = "runs/tiny-bert")]
     run: PathBuf,
@@ -269,12 +270,14 @@ config_flags!(
 impl TrainArgs {
     /// The configuration: defaults, then `--config`, then each flag given.
     fn config(&self) -> Result<TrainConfig, TrainError> {
-        let defaults = TrainConfig::new(self.corpus.clone());
+        let defaults = TrainConfig::new(DEFAULT_CORPUS.into());
         let mut c = match &self.config {
             Some(path) => config_with_overrides(path, &defaults)?,
             None => defaults,
         };
-        c.corpus = self.corpus.clone();
+        if let Some(corpus) = &self.corpus {
+            c.corpus = corpus.clone();
+        }
         self.apply_flags(&mut c);
         if let Some(tokenizer) = &self.tokenizer {
             c.tokenizer = Some(tokenizer.clone());
@@ -301,10 +304,11 @@ fn run(cli: Cli) -> Result<ExitCode, TrainError> {
                 match &args.resume {
                     Some(dir) => resume::<B>(dir, args.max_steps, &device, args.backend.name()),
                     None => {
-                        if args.corpus == Path::new(DEFAULT_CORPUS) {
-                            fetch_corpus(&args.corpus)?;
+                        let config = args.config()?;
+                        if config.corpus == Path::new(DEFAULT_CORPUS) {
+                            fetch_corpus(&config.corpus)?;
                         }
-                        train::<B>(args.config()?, &args.run, &device, args.backend.name())
+                        train::<B>(config, &args.run, &device, args.backend.name())
                     }
                 }
             })?;
@@ -468,7 +472,10 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::FAILURE
+            match e {
+                TrainError::Stopped { exit_status, .. } => ExitCode::from(exit_status),
+                _ => ExitCode::FAILURE,
+            }
         }
     }
 }

@@ -85,5 +85,11 @@ pub fn check_fits(config: &TrainConfig) -> Result<(), TrainError> {
             attention / GIB,
             config.max_seq_len
         ),
+        hint: if attention > needed / 2.0 {
+            "lower --max-seq-len or --batch-size"
+        } else {
+            "lower --batch-size or the model's size (--hidden-size, --intermediate-size, \
+             --layers, --vocab-size)"
+        },
     })
 }

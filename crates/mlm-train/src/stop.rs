@@ -1,13 +1,17 @@
 //! Ctrl-C and SIGTERM: the first asks the run to stop after the current step, with a
 //! checkpoint, the summary and the plot written; a second aborts at once.
 //!
-//! The handlers only set flags (async-signal-safe); the training loop reads them between
-//! steps. An abort exits with [`ABORTED`] from the signal handler itself: a checkpoint
+//! A watcher thread receives the signals (signal-hook's iterator: the handler itself only
+//! wakes the thread, so printing and exiting happen outside signal context). The training
+//! loop reads the request between steps. An abort exits with [`ABORTED`]: a checkpoint
 //! being written is then left as a `.partial` folder, which no resume loads and the next
 //! resume deletes, so the newest complete checkpoint stays the one to resume from.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
 
 use crate::error::TrainError;
 
@@ -42,54 +46,57 @@ impl StopSignal {
     }
 }
 
-struct Flags {
-    /// Set by the first signal; a signal that finds it set aborts.
-    pending: Arc<AtomicBool>,
-    /// The number of the last signal received, 0 for none.
-    signal: Arc<AtomicUsize>,
-}
+/// The number of the first stop signal received, 0 for none.
+static RECEIVED: AtomicUsize = AtomicUsize::new(0);
+static INSTALLED: OnceLock<()> = OnceLock::new();
 
-static FLAGS: OnceLock<Flags> = OnceLock::new();
-
-/// Installs the handlers for SIGINT and SIGTERM (once per process; later calls do nothing).
-/// Until this is called, [`requested`] is always `None`: a library user's own handlers
-/// are left alone.
+/// Installs the handlers for SIGINT and SIGTERM and their watcher thread (once per
+/// process; later calls do nothing). Until this is called, [`requested`] is always `None`:
+/// a library user's own handlers are left alone.
 ///
 /// # Errors
 /// [`TrainError::InvalidInput`] if the operating system refuses a handler.
 pub fn install_handlers() -> Result<(), TrainError> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    use signal_hook::flag;
-    if FLAGS.get().is_some() {
+    if INSTALLED.get().is_some() {
         return Ok(());
     }
-    let flags = Flags {
-        pending: Arc::new(AtomicBool::new(false)),
-        signal: Arc::new(AtomicUsize::new(0)),
-    };
-    let refused = |e: std::io::Error| {
-        TrainError::InvalidInput(format!("cannot install a signal handler: {e}"))
-    };
-    for signal in [SIGINT, SIGTERM] {
-        // Registered first, so it sees the flag as the previous signal left it.
-        flag::register_conditional_shutdown(signal, ABORTED, Arc::clone(&flags.pending))
-            .map_err(refused)?;
-        flag::register(signal, Arc::clone(&flags.pending)).map_err(refused)?;
-        flag::register_usize(signal, Arc::clone(&flags.signal), signal as usize)
-            .map_err(refused)?;
-    }
-    let _ = FLAGS.set(flags);
+    let mut signals = Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| TrainError::InvalidInput(format!("cannot install a signal handler: {e}")))?;
+    std::thread::spawn(move || {
+        for signal in signals.forever() {
+            let first =
+                RECEIVED.compare_exchange(0, signal as usize, Ordering::SeqCst, Ordering::SeqCst);
+            match first {
+                Ok(_) => eprintln!(
+                    "{}: stopping at the end of the current step, with a checkpoint once \
+                     training has begun (a second signal aborts at once)",
+                    name(signal)
+                ),
+                Err(_) => {
+                    eprintln!(
+                        "{}: aborting; the newest complete checkpoint is kept",
+                        name(signal)
+                    );
+                    std::process::exit(ABORTED);
+                }
+            }
+        }
+    });
+    let _ = INSTALLED.set(());
     Ok(())
+}
+
+fn name(signal: i32) -> &'static str {
+    match signal {
+        SIGTERM => StopSignal::Terminate.name(),
+        _ => StopSignal::Interrupt.name(),
+    }
 }
 
 /// The signal that asked the run to stop, if one did since [`install_handlers`].
 pub fn requested() -> Option<StopSignal> {
-    use signal_hook::consts::SIGTERM;
-    let flags = FLAGS.get()?;
-    if !flags.pending.load(Ordering::SeqCst) {
-        return None;
-    }
-    match flags.signal.load(Ordering::SeqCst) as i32 {
+    match RECEIVED.load(Ordering::SeqCst) as i32 {
+        0 => None,
         SIGTERM => Some(StopSignal::Terminate),
         _ => Some(StopSignal::Interrupt),
     }

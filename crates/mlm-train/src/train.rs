@@ -294,13 +294,19 @@ pub fn train<B: AutodiffBackend>(
     config.corpus = std::fs::canonicalize(&config.corpus)
         .map_err(|_| TrainError::CorpusNotFound(config.corpus.clone()))?;
     let dir = RunDir(run_dir.to_path_buf());
-    if dir.config().exists() {
-        return Err(already_a_run(run_dir));
-    }
     let created = !run_dir.exists();
     std::fs::create_dir_all(run_dir).map_err(io(run_dir))?;
     // Another process may have made the folder: if it holds the lock, nothing is removed.
     let _lock = dir.lock()?;
+    // A run with a checkpoint is resumed, never overwritten. One without (killed before
+    // its first checkpoint) has nothing to keep: the same command starts it anew.
+    if dir.config().exists() && checkpoint::latest(run_dir).is_ok() {
+        return Err(TrainError::Config(format!(
+            "{} already holds a run: pass --resume {0} to continue it, or choose another --run",
+            run_dir.display()
+        )));
+    }
+    checkpoint::remove_partial(run_dir)?;
     let result = start::<B>(&mut config, &dir, device, backend);
     if result.is_err() && checkpoint::latest(run_dir).is_err() {
         // Nothing to resume from: undo the run's files, so that the same command can be
@@ -314,13 +320,6 @@ pub fn train<B: AutodiffBackend>(
     result
 }
 
-fn already_a_run(run_dir: &Path) -> TrainError {
-    TrainError::Config(format!(
-        "{} already holds a run: pass --resume {0} to continue it, or choose another --run",
-        run_dir.display()
-    ))
-}
-
 /// Writes the tokenizer and `config.json` of a new run in the locked `dir`, then trains.
 fn start<B: AutodiffBackend>(
     config: &mut TrainConfig,
@@ -328,11 +327,6 @@ fn start<B: AutodiffBackend>(
     device: &B::Device,
     backend: &str,
 ) -> Result<Summary, TrainError> {
-    // Checked again under the lock: another process may have made a run here between
-    // the first check and the lock.
-    if dir.config().exists() {
-        return Err(already_a_run(&dir.0));
-    }
     let tokenizer = config
         .tokenizer
         .as_deref()
@@ -358,9 +352,25 @@ pub fn resume<B: AutodiffBackend>(
     backend: &str,
 ) -> Result<Summary, TrainError> {
     let dir = RunDir(run_dir.to_path_buf());
+    // Locked first, so that a run still preparing its data is reported as busy; a folder
+    // that is no run at all gets no lock file.
+    let _lock = if dir.config().is_file() || dir.lock_file().is_file() {
+        Some(dir.lock()?)
+    } else {
+        None
+    };
     let mut config = dir.load_config()?;
-    let _lock = dir.lock()?;
-    let from = checkpoint::latest(run_dir)?;
+    let from = checkpoint::latest(run_dir).map_err(|e| match e {
+        TrainError::Checkpoint { path, reason } => TrainError::Checkpoint {
+            path,
+            reason: format!(
+                "{reason}: the run stopped before its first checkpoint, so there is nothing \
+                 to resume; run the same `train --run {}` command again to start it anew",
+                run_dir.display()
+            ),
+        },
+        other => other,
+    })?;
     let done: RunState = read_json(&from.join("state.json"))?;
     if !checkpoint::has_optimizer_state(&from) {
         return Err(TrainError::InvalidInput(format!(
@@ -418,10 +428,11 @@ fn prepare_data(
         config.held_out_every,
     )?;
     eprintln!(
-        "{} training and {} held-out sequences of up to {} tokens",
+        "{} training and {} held-out sequences of up to {} tokens, a vocabulary of {} tokens",
         prepared.train.len(),
         prepared.held_out.len(),
-        config.max_seq_len
+        config.max_seq_len,
+        prepared.tokenizer.vocab_size()
     );
     if prepared.train.len() < config.batch_size {
         return Err(TrainError::Config(format!(
@@ -734,6 +745,14 @@ fn run<B: AutodiffBackend>(
         elapsed_before: state.elapsed_seconds,
         tokens_before: state.tokens_seen,
     };
+    // A signal during data preparation: stop before training anything.
+    if let Some(signal) = crate::stop::requested() {
+        return Err(TrainError::Stopped {
+            signal: signal.name(),
+            next_step: state.step + 1,
+            exit_status: signal.exit_status(),
+        });
+    }
     let mut final_eval = None;
     let mut stopped_by = None;
     // The current epoch's sequence order, recomputed when the epoch changes.

@@ -95,11 +95,16 @@ fn weights(run: &Path, step: usize) -> Vec<f32> {
     )
 }
 
-/// `mlm-train train --resume RUN [extra]`, which must succeed.
-fn resume(run: &Path, extra: &[&str]) {
+/// `mlm-train train --resume RUN [extra]`.
+fn resume_command(run: &Path, extra: &[&str]) -> Command {
     let mut command = Command::new(BIN);
     command.args(["train", "--resume", arg(run)]).args(extra);
-    run_to_end(command);
+    command
+}
+
+/// `mlm-train train --resume RUN [extra]`, which must succeed.
+fn resume(run: &Path, extra: &[&str]) {
+    run_to_end(resume_command(run, extra));
 }
 
 #[test]
@@ -218,7 +223,13 @@ fn a_second_signal_aborts_at_once_and_leaves_no_checkpoint_a_resume_would_load()
     std::thread::sleep(Duration::from_millis(10));
     signal(&child, "INT");
     let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(mlm_train::stop::ABORTED));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(mlm_train::stop::ABORTED),
+        "{stderr}"
+    );
+    assert!(stderr.contains("SIGINT: aborting"), "{stderr}");
     let newest = checkpoint::latest(&run).unwrap();
     resume(&run, &["--max-steps", "60"]);
     let steps: Vec<usize> = metrics(&run)
@@ -261,9 +272,9 @@ fn a_second_writer_of_a_run_is_refused_naming_the_first_and_touches_nothing() {
             "{stderr}"
         );
     }
-    // A new run into a folder whose first run is still preparing its data.
+    // A new run and a resume of a folder whose first run has just started.
     let fresh = tmp.path().join("fresh");
-    let mut preparing = train_command(&micro_config(10).with_vocab_size(1000), &fresh, &[])
+    let mut preparing = train_command(&micro_config(100_000), &fresh, &[])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -275,19 +286,22 @@ fn a_second_writer_of_a_run_is_refused_naming_the_first_and_touches_nothing() {
     {
         std::thread::sleep(Duration::from_millis(1));
     }
-    let out = train_command(&micro_config(10), &fresh, &[])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    for mut second in [
+        train_command(&micro_config(10), &fresh, &[]),
+        resume_command(&fresh, &[]),
+    ] {
+        let out = second.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        let holder = format!("in use by process {}", preparing.id());
+        assert!(stderr.contains(&holder), "{stderr}");
+    }
     assert!(
-        stderr.contains("in use by process") || stderr.contains("already holds a run"),
-        "{stderr}"
-    );
-    assert!(
-        preparing.wait().unwrap().success(),
+        preparing.try_wait().unwrap().is_none(),
         "the first run was disturbed"
     );
+    preparing.kill().unwrap();
+    preparing.wait().unwrap();
 
     assert!(
         first.try_wait().unwrap().is_none(),
@@ -384,4 +398,56 @@ fn a_new_users_first_mistakes_are_one_line_errors_that_write_nothing() {
     ] {
         assert!(help.contains(default), "{default} missing from:\n{help}");
     }
+}
+
+#[test]
+fn a_run_killed_before_its_first_checkpoint_or_stopped_while_preparing_starts_anew() {
+    let tmp = tempfile::tempdir().unwrap();
+    // SIGKILL after some steps, before the only checkpoint (at the end).
+    let config = micro_config(100_000);
+    let run = tmp.path().join("killed");
+    let mut child = running(&config, &run, 5);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let out = resume_command(&run, &[]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("nothing to resume; run the same `train --run"),
+        "{stderr}"
+    );
+    // The same command starts it anew instead of "already holds a run".
+    run_to_end(train_command(&micro_config(10), &run, &[]));
+    assert_eq!(summary(&run).steps, 10);
+
+    // SIGINT while the data are prepared (a corpus 30 times the fixture's): exit 130,
+    // nothing trained, and no run folder left.
+    let corpus = tmp.path().join("corpus");
+    std::fs::create_dir(&corpus).unwrap();
+    for copy in 0..30 {
+        for entry in std::fs::read_dir(common::corpus()).unwrap() {
+            let path = entry.unwrap().path();
+            let name = format!("{copy}-{}", path.file_name().unwrap().to_string_lossy());
+            std::fs::copy(&path, corpus.join(name)).unwrap();
+        }
+    }
+    let run = tmp.path().join("preparing");
+    let mut config = micro_config(10);
+    config.corpus = corpus;
+    let child = train_command(&config, &run, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    while !run.join(".lock").is_file() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    signal(&child, "INT");
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("stopped by SIGINT before training step 1"),
+        "{stderr}"
+    );
+    assert!(!run.exists(), "a run folder was left behind");
 }

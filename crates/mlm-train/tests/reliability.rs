@@ -297,9 +297,13 @@ fn broken_checkpoints_and_incompatible_configs_are_typed_errors() {
     let only_partial = |dir: &Path| {
         std::fs::rename(step10(dir), dir.join("checkpoints/.step-00000010.partial")).unwrap();
     };
-    assert_eq!(
-        checkpoint_reason(case("only-partial", &only_partial), "checkpoints"),
-        "no complete checkpoint"
+    let reason = checkpoint_reason(case("only-partial", &only_partial), "checkpoints");
+    assert!(
+        reason.starts_with(
+            "no complete checkpoint: the run stopped before its first checkpoint, so there is \
+             nothing to resume; run the same `train --run"
+        ),
+        "{reason}"
     );
 
     // config.json edited after the checkpoint was written.
