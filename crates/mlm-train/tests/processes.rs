@@ -383,6 +383,24 @@ fn a_new_users_first_mistakes_are_one_line_errors_that_write_nothing() {
             "{expected}: a run folder was left"
         );
     }
+    // A config file's corpus is used (it was replaced by the default, then fetched).
+    let with_corpus = dir.join("with-corpus.json");
+    std::fs::write(
+        &with_corpus,
+        serde_json::to_string(&micro_config(2).with_warmup_steps(1)).unwrap(),
+    )
+    .unwrap();
+    let out = mlm_train_in(
+        dir,
+        &["train", "--config", arg(&with_corpus), "--run", "run"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!dir.join("data").exists(), "the default corpus was fetched");
+    assert_eq!(summary(&dir.join("run")).steps, 2);
     // The memory estimate names its size and the attention's share of it.
     let out = train(&["--max-seq-len", "100000"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
