@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -217,18 +218,21 @@ fn a_second_signal_aborts_at_once_and_leaves_no_checkpoint_a_resume_would_load()
     config.model.hidden_size = 64;
     config.model.intermediate_size = 256;
     let run = tmp.path().join("run");
-    let child = running(&config, &run, 20);
+    let mut child = running(&config, &run, 20);
     signal(&child, "INT");
-    // Far enough apart that the two are not merged into one pending signal.
-    std::thread::sleep(Duration::from_millis(10));
+    // The second signal once the first is acknowledged (two signals sent together could
+    // be merged into one), while the step, checkpoint, evaluation and plot still run.
+    let mut stderr = String::new();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    while !stderr.contains("SIGINT: stopping") {
+        stderr += &lines.next().expect("no acknowledgment").unwrap();
+    }
     signal(&child, "INT");
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(mlm_train::stop::ABORTED),
-        "{stderr}"
-    );
+    for line in lines {
+        stderr += &line.unwrap();
+    }
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(mlm_train::stop::ABORTED), "{stderr}");
     assert!(stderr.contains("SIGINT: aborting"), "{stderr}");
     let newest = checkpoint::latest(&run).unwrap();
     resume(&run, &["--max-steps", "60"]);
