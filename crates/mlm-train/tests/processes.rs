@@ -162,8 +162,9 @@ fn running(config: &TrainConfig, run: &Path, after_step: usize) -> Child {
 }
 
 fn signal(child: &Child, name: &str) {
-    let status = Command::new("kill")
-        .args([&format!("-{name}"), &child.id().to_string()])
+    // The shell's builtin `kill`: no package needed beside `sh`.
+    let status = Command::new("sh")
+        .args(["-c", &format!("kill -{name} {}", child.id())])
         .status()
         .unwrap();
     assert!(status.success());
