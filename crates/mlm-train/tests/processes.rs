@@ -12,7 +12,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use burn::backend::NdArray;
-use common::parameters;
+use common::{parameters, path_arg, steps};
 use mlm_train::checkpoint;
 use mlm_train::report::{MetricsRow, Summary, read_metrics};
 use mlm_train::train::{RunDir, TrainConfig};
@@ -28,19 +28,15 @@ fn micro_config(max_steps: usize) -> TrainConfig {
         .with_checkpoint_every(max_steps)
 }
 
-fn arg(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
-
 /// `mlm-train train --config FILE --run RUN [extra]`, with `config` written to FILE.
 fn train_command(config: &TrainConfig, run: &Path, extra: &[&str]) -> Command {
     let file = run.with_extension("config.json");
     std::fs::write(&file, serde_json::to_string(config).unwrap()).unwrap();
     let mut command = Command::new(BIN);
     command
-        .args(["train", "--config", arg(&file), "--corpus"])
+        .args(["train", "--config", path_arg(&file), "--corpus"])
         .arg(&config.corpus)
-        .args(["--run", arg(run)])
+        .args(["--run", path_arg(run)])
         .args(extra);
     command
 }
@@ -99,7 +95,9 @@ fn weights(run: &Path, step: usize) -> Vec<f32> {
 /// `mlm-train train --resume RUN [extra]`.
 fn resume_command(run: &Path, extra: &[&str]) -> Command {
     let mut command = Command::new(BIN);
-    command.args(["train", "--resume", arg(run)]).args(extra);
+    command
+        .args(["train", "--resume", path_arg(run)])
+        .args(extra);
     command
 }
 
@@ -237,13 +235,8 @@ fn a_second_signal_aborts_at_once_and_leaves_no_checkpoint_a_resume_would_load()
     assert!(stderr.contains("SIGINT: aborting"), "{stderr}");
     let newest = checkpoint::latest(&run).unwrap();
     resume(&run, &["--max-steps", "60"]);
-    let steps: Vec<usize> = metrics(&run)
-        .iter()
-        .filter(|r| r.1 == "train")
-        .map(|r| r.0)
-        .collect();
     assert_eq!(
-        steps,
+        steps(&read_metrics(&run.join("metrics.csv")).unwrap()),
         (1..=60).collect::<Vec<_>>(),
         "resumed from {}",
         newest.display()
@@ -266,8 +259,8 @@ fn a_second_writer_of_a_run_is_refused_naming_the_first_and_touches_nothing() {
     };
     let before = (files(&run), std::fs::read(run.join("config.json")).unwrap());
     for second in [
-        vec!["train", "--resume", arg(&run)],
-        vec!["train", "--resume", arg(&run), "--max-steps", "200000"],
+        vec!["train", "--resume", path_arg(&run)],
+        vec!["train", "--resume", path_arg(&run), "--max-steps", "200000"],
     ] {
         let out = Command::new(BIN).args(&second).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -320,7 +313,7 @@ fn a_second_writer_of_a_run_is_refused_naming_the_first_and_touches_nothing() {
     first.kill().unwrap();
     first.wait().unwrap();
     let out = Command::new(BIN)
-        .args(["train", "--resume", arg(&run), "--max-steps", "200000"])
+        .args(["train", "--resume", path_arg(&run), "--max-steps", "200000"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -353,7 +346,7 @@ fn a_new_users_first_mistakes_are_one_line_errors_that_write_nothing() {
     let bad_type = dir.join("bad.json");
     std::fs::write(&bad_type, br#"{"max_steps": "20"}"#).unwrap();
     let train = |extra: &[&str]| {
-        let mut args = vec!["train", "--corpus", arg(&corpus), "--run", "run"];
+        let mut args = vec!["train", "--corpus", path_arg(&corpus), "--run", "run"];
         args.extend(extra);
         mlm_train_in(dir, &args)
     };
@@ -363,7 +356,7 @@ fn a_new_users_first_mistakes_are_one_line_errors_that_write_nothing() {
             "a training step needs about",
         ),
         (
-            train(&["--config", arg(&bad_type)]),
+            train(&["--config", path_arg(&bad_type)]),
             "bad.json: max_steps: invalid type: string \"20\", expected usize",
         ),
         (
@@ -375,7 +368,7 @@ fn a_new_users_first_mistakes_are_one_line_errors_that_write_nothing() {
             "hidden_dropout_prob = -0.1 is not a dropout probability",
         ),
         (
-            mlm_train_in(dir, &["fetch-corpus", "--corpus", arg(&corpus)]),
+            mlm_train_in(dir, &["fetch-corpus", "--corpus", path_arg(&corpus)]),
             "is not the fetched corpus",
         ),
     ] {
@@ -397,7 +390,7 @@ fn a_new_users_first_mistakes_are_one_line_errors_that_write_nothing() {
     .unwrap();
     let out = mlm_train_in(
         dir,
-        &["train", "--config", arg(&with_corpus), "--run", "run"],
+        &["train", "--config", path_arg(&with_corpus), "--run", "run"],
     );
     assert!(
         out.status.success(),

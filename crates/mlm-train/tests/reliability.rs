@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
-use common::{copy_dir, micro_config, parameters, train_losses};
+use common::{copy_dir, micro_config, parameters, path_arg, steps, train_losses};
 use mlm_train::checkpoint;
 use mlm_train::predict::TrainedRun;
 use mlm_train::report::{MetricsRow, read_metrics};
@@ -42,10 +42,6 @@ fn mlm_train(args: &[&str], limit_blocks: Option<u64>) -> Output {
         .unwrap()
 }
 
-fn path_arg(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
-
 /// The `.step-*.partial` folders of a run.
 fn partial_checkpoints(run: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(run.join("checkpoints")) else {
@@ -54,13 +50,6 @@ fn partial_checkpoints(run: &Path) -> Vec<PathBuf> {
     entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.to_string_lossy().ends_with(".partial"))
-        .collect()
-}
-
-fn steps(rows: &[MetricsRow]) -> Vec<usize> {
-    train_losses(rows)
-        .into_iter()
-        .map(|(step, _)| step)
         .collect()
 }
 

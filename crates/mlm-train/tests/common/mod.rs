@@ -71,6 +71,19 @@ pub fn parameters(model: &BertForMaskedLm<NdArray>) -> Vec<f32> {
     values.0
 }
 
+/// A path as a command-line argument.
+pub fn path_arg(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// The steps of the training rows.
+pub fn steps(rows: &[MetricsRow]) -> Vec<usize> {
+    train_losses(rows)
+        .into_iter()
+        .map(|(step, _)| step)
+        .collect()
+}
+
 /// `(step, loss)` of the training rows.
 pub fn train_losses(rows: &[MetricsRow]) -> Vec<(usize, f64)> {
     rows.iter()
