@@ -48,7 +48,7 @@ fn first_step_loss_agrees_between_backends() {
     use mlm_core::{MaskedCrossEntropy, MaskingConfig};
     use mlm_train::BertConfig;
     use mlm_train::data::make_batch;
-    use mlm_train::train::{forward_loss, init_model};
+    use mlm_train::gradients::forward_loss;
 
     fn first_loss<B: AutodiffBackend>(device: &B::Device) -> f32 {
         let config = BertConfig::new(300)
@@ -56,7 +56,7 @@ fn first_step_loss_agrees_between_backends() {
             .with_num_attention_heads(2)
             .with_intermediate_size(64)
             .with_max_position_embeddings(32);
-        let model = init_model::<B>(&config, 42, device);
+        let model = config.init_seeded::<B>(42, device);
         // Two sequences of different lengths: [CLS]=2 … [SEP]=3, padding 0, [MASK]=4.
         let sequences: Vec<Vec<u32>> = vec![
             std::iter::once(2)

@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use crate::backend::{Adapter, BackendKind};
 use crate::data::make_batch;
 use crate::error::{TrainError, io, write_json};
+use crate::gradients::forward_loss;
 use crate::model::BertConfig;
-use crate::train::{forward_loss, init_model};
 
 /// What one backend comparison runs: a model, a batch of random tokens and a step count.
 #[derive(Config, Debug)]
@@ -107,7 +107,7 @@ pub fn bench_backend<B: AutodiffBackend>(
         .with_seed(config.seed)
         .init()?;
     let batch = make_batch::<B>(&chunk, &mut masker, 0, device)?;
-    let model = init_model::<B>(&config.model, config.seed, device);
+    let model = config.model.init_seeded::<B>(config.seed, device);
     let loss_fn = MaskedCrossEntropy::default();
 
     let step = || -> Result<f64, TrainError> {

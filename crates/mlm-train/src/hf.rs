@@ -31,12 +31,12 @@ use safetensors::{Dtype, SafeTensors};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::checkpoint::{self, RunState};
+use crate::config::TrainConfig;
 use crate::data::{SPECIAL_TOKENS, WordPieceTokenizer};
 use crate::error::{TrainError, io, read_json, write_atomic, write_json};
 use crate::model::{BertConfig, BertForMaskedLm};
 use crate::predict::TrainedRun;
-use crate::train::{RunDir, TrainConfig};
+use crate::run_dir::write_imported;
 
 /// The model configuration file of a Hugging Face folder.
 pub const CONFIG_FILE: &str = "config.json";
@@ -672,13 +672,6 @@ pub fn import_run<B: Backend>(
     corpus: &Path,
     device: &B::Device,
 ) -> Result<TrainConfig, TrainError> {
-    let dir = RunDir(run_dir.to_path_buf());
-    if dir.config().exists() {
-        return Err(TrainError::Config(format!(
-            "{} already holds a run; choose another --out",
-            run_dir.display()
-        )));
-    }
     let (model_config, model) = load_hf::<B>(hf_dir, device)?;
     let tokenizer = load_tokenizer(hf_dir)?;
     if tokenizer.vocab_size() != model_config.vocab_size {
@@ -698,16 +691,7 @@ pub fn import_run<B: Backend>(
         .with_model(model_config);
     config.max_seq_len = config.max_seq_len.min(config.model.max_position_embeddings);
     config.validate()?;
-    std::fs::create_dir_all(run_dir).map_err(io(run_dir))?;
-    tokenizer.save(&dir.tokenizer())?;
-    let state = RunState {
-        step: 0,
-        elapsed_seconds: 0.0,
-        tokens_seen: 0,
-    };
-    checkpoint::save_model(run_dir, &model, &state)?;
-    // Last: a config.json marks a complete run directory.
-    write_json(&dir.config(), &config)?;
+    write_imported(run_dir, &config, &tokenizer, &model)?;
     Ok(config)
 }
 

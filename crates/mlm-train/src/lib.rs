@@ -16,8 +16,11 @@
 pub mod backend;
 pub mod bench;
 pub mod checkpoint;
+pub mod config;
 pub mod data;
 pub mod error;
+pub mod eval;
+pub mod gradients;
 pub mod hf;
 pub mod memory;
 pub mod model;
@@ -27,7 +30,11 @@ pub mod report;
 pub mod run_dir;
 pub mod stop;
 pub mod train;
+pub mod trainer;
 
+pub use config::TrainConfig;
 pub use error::TrainError;
 pub use model::{BertConfig, BertForMaskedLm};
-pub use train::{TrainConfig, resume, train};
+pub use run_dir::RunDir;
+pub use train::{resume, train};
+pub use trainer::Trainer;

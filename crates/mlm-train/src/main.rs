@@ -8,12 +8,13 @@ use std::process::ExitCode;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use mlm_train::backend::BackendKind;
 use mlm_train::bench::{BackendBenchConfig, compare_backends, markdown_table, save_rows};
+use mlm_train::config::config_with_overrides;
 use mlm_train::data::fetch_corpus;
 use mlm_train::hf::{export_run, import_run};
 use mlm_train::predict::TrainedRun;
 use mlm_train::report::Summary;
-use mlm_train::train::{TrainConfig, config_with_overrides, resume, train};
 use mlm_train::{BertConfig, TrainError, with_backend};
+use mlm_train::{TrainConfig, resume, train};
 
 /// Where `fetch-corpus` puts the default corpus, and where `train` looks for it.
 const DEFAULT_CORPUS: &str = "data/corpus";
@@ -286,7 +287,6 @@ impl TrainArgs {
         if let Some(p) = self.dropout {
             c.model.attention_probs_dropout_prob = p;
         }
-        c.model.max_position_embeddings = c.max_seq_len;
         Ok(c)
     }
 }
@@ -313,29 +313,7 @@ fn run(cli: Cli) -> Result<ExitCode, TrainError> {
                 }
             })?;
             let run = args.resume.as_ref().unwrap_or(&args.run);
-            let gain = summary.gain_over_unigram;
-            println!(
-                "held-out loss {:.4} nats (unigram baseline {:.4}: {:.2} nats {}), accuracy {:.1} % \
-                 (most-frequent-token baseline {:.1} %), perplexity {:.1}; {:.0} tokens/s, {:.0} s",
-                summary.final_valid_loss,
-                summary.unigram_entropy,
-                gain.abs(),
-                if gain >= 0.0 { "below" } else { "above" },
-                100.0 * summary.valid_accuracy,
-                100.0 * summary.most_frequent_token_accuracy,
-                summary.valid_perplexity,
-                summary.tokens_per_second,
-                summary.wall_time_seconds
-            );
-            println!(
-                "held-out {}",
-                loss_by_input(
-                    summary.valid_mask_loss,
-                    summary.valid_random_loss,
-                    summary.valid_unchanged_loss
-                )
-            );
-            println!("run saved in {}", run.display());
+            print_result(&summary, run);
             Ok(stop_status(&summary, run))
         }
         Command::Bench(BenchCommand::Backends(args)) => {
@@ -416,6 +394,33 @@ fn run(cli: Cli) -> Result<ExitCode, TrainError> {
             Ok(ExitCode::SUCCESS)
         }),
     }
+}
+
+/// What a finished (or stopped) run prints: the held-out result against its baselines.
+fn print_result(summary: &Summary, run: &Path) {
+    let gain = summary.gain_over_unigram;
+    println!(
+        "held-out loss {:.4} nats (unigram baseline {:.4}: {:.2} nats {}), accuracy {:.1} % \
+         (most-frequent-token baseline {:.1} %), perplexity {:.1}; {:.0} tokens/s, {:.0} s",
+        summary.final_valid_loss,
+        summary.unigram_entropy,
+        gain.abs(),
+        if gain >= 0.0 { "below" } else { "above" },
+        100.0 * summary.valid_accuracy,
+        100.0 * summary.most_frequent_token_accuracy,
+        summary.valid_perplexity,
+        summary.tokens_per_second,
+        summary.wall_time_seconds
+    );
+    println!(
+        "held-out {}",
+        loss_by_input(
+            summary.valid_mask_loss,
+            summary.valid_random_loss,
+            summary.valid_unchanged_loss
+        )
+    );
+    println!("run saved in {}", run.display());
 }
 
 /// Success, or 128 + the number of the signal that stopped the run early (after its

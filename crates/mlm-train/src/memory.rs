@@ -2,8 +2,8 @@
 //! machine has: a run that cannot fit is refused naming the estimate, instead of aborting
 //! in an allocation deep inside a backend after the run directory was made.
 
+use crate::config::TrainConfig;
 use crate::error::TrainError;
-use crate::train::TrainConfig;
 
 const GIB: f64 = (1u64 << 30) as f64;
 

@@ -7,15 +7,17 @@
 //! import and export are a table of names.
 
 use burn::config::Config;
-use burn::module::{Initializer, Module, Param};
+use burn::module::{Initializer, Module, ModuleMapper, Param};
 use burn::nn::{
     Dropout, DropoutConfig, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear,
     LinearConfig,
 };
 use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, Int, Tensor, TensorData};
+use burn::tensor::{Bool, Distribution, Int, Tensor, TensorData};
 use mlm_core::{MlmError, MlmHead, MlmHeadConfig, gelu};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
 
 /// Sizes of a BERT, with Hugging Face's `BertConfig` names; saved as JSON in a run directory.
 #[derive(Config, Debug, PartialEq)]
@@ -131,7 +133,52 @@ impl BertConfig {
         Ok(())
     }
 
-    /// Builds the model on `device`.
+    /// A model initialised from `seed` on the host, identically on every backend (BERT's
+    /// initialisation, Devlin et al. 2019 via Hugging Face `_init_weights`): every matrix and
+    /// embedding ~ N(0, `initializer_range`) drawn in module order from one `StdRng`, biases
+    /// 0, LayerNorm gains 1; then the structured starts of `sinusoidal_positions` and
+    /// `local_attention_init` ([`with_initial_values`](Self::with_initial_values)).
+    ///
+    /// # Panics
+    /// If [`validate`](Self::validate) fails.
+    pub fn init_seeded<B: Backend>(&self, seed: u64, device: &B::Device) -> BertForMaskedLm<B> {
+        struct HostNormal {
+            rng: StdRng,
+            std: f64,
+        }
+        impl<B: Backend> ModuleMapper<B> for HostNormal {
+            fn map_float<const D: usize>(
+                &mut self,
+                param: Param<Tensor<B, D>>,
+            ) -> Param<Tensor<B, D>> {
+                if D != 2 {
+                    return param;
+                }
+                param.map(|tensor| {
+                    let data = TensorData::random::<f32, _, _>(
+                        tensor.shape(),
+                        Distribution::Normal(0.0, self.std),
+                        &mut self.rng,
+                    );
+                    let fresh = Tensor::from_data(data, &tensor.device());
+                    if tensor.is_require_grad() {
+                        fresh.require_grad()
+                    } else {
+                        fresh
+                    }
+                })
+            }
+        }
+        let model = self.init::<B>(device).map(&mut HostNormal {
+            rng: StdRng::seed_from_u64(seed),
+            std: self.initializer_range,
+        });
+        self.with_initial_values(model)
+    }
+
+    /// The model's structure on `device` with every weight 0 (LayerNorm gains 1): what a
+    /// checkpoint or a Hugging Face file is loaded into. Training starts from
+    /// [`init_seeded`](Self::init_seeded).
     ///
     /// # Panics
     /// If [`validate`](Self::validate) fails.
@@ -139,15 +186,12 @@ impl BertConfig {
         if let Err(message) = self.validate() {
             panic!("invalid BertConfig: {message}");
         }
-        let normal = Initializer::Normal {
-            mean: 0.0,
-            std: self.initializer_range,
-        };
+        let zeros = Initializer::Zeros;
         let linear = |d_in, d_out| Linear {
-            // BERT's biases start at 0; burn's `Linear` would draw them from `normal`.
-            bias: Some(Initializer::Zeros.init([d_out], device)),
+            // burn's `Linear` would draw the bias from the initializer too.
+            bias: Some(zeros.init([d_out], device)),
             ..LinearConfig::new(d_in, d_out)
-                .with_initializer(normal.clone())
+                .with_initializer(zeros.clone())
                 .init(device)
         };
         let layer_norm = || {
@@ -157,7 +201,7 @@ impl BertConfig {
         };
         let embedding = |n| {
             EmbeddingConfig::new(n, self.hidden_size)
-                .with_initializer(normal.clone())
+                .with_initializer(zeros.clone())
                 .init(device)
         };
         let dropout = DropoutConfig::new(self.hidden_dropout_prob).init();
@@ -186,7 +230,7 @@ impl BertConfig {
                 },
             })
             .collect();
-        let model = BertForMaskedLm {
+        BertForMaskedLm {
             embeddings: BertEmbeddings {
                 word_embeddings: embedding(self.vocab_size),
                 position_embeddings: embedding(self.max_position_embeddings),
@@ -197,10 +241,9 @@ impl BertConfig {
             layers,
             head: MlmHeadConfig::new(d, self.vocab_size)
                 .with_layer_norm_eps(self.layer_norm_eps)
-                .with_initializer(normal)
+                .with_initializer(zeros)
                 .init(device),
-        };
-        self.with_initial_values(model)
+        }
     }
 
     /// `model` with the initial values that [`sinusoidal_positions`] and

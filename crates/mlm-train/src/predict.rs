@@ -7,10 +7,12 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
 use crate::checkpoint;
+use crate::config::TrainConfig;
 use crate::data::{self, WordPieceTokenizer};
 use crate::error::TrainError;
+use crate::eval::{EvalMetrics, evaluate};
 use crate::model::BertForMaskedLm;
-use crate::train::{EvalMetrics, RunDir, TrainConfig, evaluate};
+use crate::run_dir::RunDir;
 
 /// The candidates for one `[MASK]`.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,12 +1,18 @@
-//! The run directory: the paths of its files, and the lock that makes one process its
-//! only writer.
+//! The run directory: the paths of its files, the lock that makes one process its only
+//! writer, and the three ways a run directory comes to be: created for a new run, reopened
+//! for a resume, written by an import.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use crate::error::{TrainError, io, read_json};
-use crate::train::TrainConfig;
+use burn::tensor::backend::Backend;
+
+use crate::checkpoint::{self, RunState};
+use crate::config::TrainConfig;
+use crate::data::WordPieceTokenizer;
+use crate::error::{TrainError, io, read_json, write_json};
+use crate::model::BertForMaskedLm;
 
 /// A run directory's files.
 pub struct RunDir(pub PathBuf);
@@ -20,13 +26,21 @@ impl RunDir {
     pub fn tokenizer(&self) -> PathBuf {
         self.0.join("tokenizer.json")
     }
+    /// `summary.json`.
+    pub fn summary(&self) -> PathBuf {
+        self.0.join("summary.json")
+    }
+    /// `loss_curve.png`.
+    pub fn loss_curve(&self) -> PathBuf {
+        self.0.join("loss_curve.png")
+    }
     /// `.lock`: locked by the process that writes the run, holding its PID.
     pub fn lock_file(&self) -> PathBuf {
         self.0.join(".lock")
     }
     /// Loads the run's configuration. A run made before a model flag existed
     /// (`sinusoidal_positions`, `local_attention_init`) was made without it: the flag reads
-    /// as `false`.
+    /// as `false`; one made before `world_size` existed ran as one process.
     ///
     /// # Errors
     /// [`TrainError::InvalidInput`] if the folder has no `config.json` (it is not a run);
@@ -47,7 +61,10 @@ impl RunDir {
                 model.entry(flag).or_insert(false.into());
             }
         }
-        crate::train::config_from_json(value, &path)
+        if let Some(config) = value.as_object_mut() {
+            config.entry("world_size").or_insert(1.into());
+        }
+        crate::config::config_from_json(value, &path)
     }
 
     /// Makes this process the run's only writer until the returned lock is dropped (or the
@@ -90,4 +107,183 @@ impl RunDir {
 /// The exclusive lock on a run directory ([`RunDir::lock`]); released when dropped.
 pub struct RunLock {
     _file: File,
+}
+
+/// A new run's directory, locked; [`NewRun::abandon`] undoes it if the run fails before its
+/// first checkpoint.
+pub struct NewRun {
+    /// The directory.
+    pub dir: RunDir,
+    created: bool,
+    _lock: RunLock,
+}
+
+impl NewRun {
+    /// Creates (or reuses) `path` for a new run and locks it.
+    ///
+    /// # Errors
+    /// [`TrainError::RunInUse`], before anything is written, if another process holds the
+    /// lock; [`TrainError::Config`] if `path` already holds a run with a checkpoint (a run is
+    /// resumed, never overwritten; one killed before its first checkpoint has nothing to
+    /// keep and starts anew); [`TrainError::Io`].
+    pub fn create(path: &Path) -> Result<Self, TrainError> {
+        let dir = RunDir(path.to_path_buf());
+        let created = !path.exists();
+        std::fs::create_dir_all(path).map_err(io(path))?;
+        // Another process may have made the folder: if it holds the lock, nothing is removed.
+        let lock = dir.lock()?;
+        if dir.config().exists() && checkpoint::latest(path).is_ok() {
+            return Err(TrainError::Config(format!(
+                "{} already holds a run: pass --resume {0} to continue it, or choose another --run",
+                path.display()
+            )));
+        }
+        checkpoint::remove_partial(path)?;
+        Ok(Self {
+            dir,
+            created,
+            _lock: lock,
+        })
+    }
+
+    /// Undoes a run that failed before its first checkpoint, so that the same command can be
+    /// run again rather than be refused because the folder "already holds a run": the folder
+    /// goes if [`create`](Self::create) made it, otherwise its `config.json`.
+    pub fn abandon(self) {
+        if checkpoint::latest(&self.dir.0).is_ok() {
+            return;
+        }
+        let _ = if self.created {
+            std::fs::remove_dir_all(&self.dir.0)
+        } else {
+            std::fs::remove_file(self.dir.config())
+        };
+    }
+}
+
+/// A run reopened to continue: its configuration, tokenizer and newest complete checkpoint.
+pub struct ResumedRun {
+    /// The directory.
+    pub dir: RunDir,
+    /// Its configuration, with the new `max_steps` if one was given.
+    pub config: TrainConfig,
+    /// Its tokenizer.
+    pub tokenizer: WordPieceTokenizer,
+    /// The checkpoint folder to continue from.
+    pub checkpoint: PathBuf,
+    _lock: Option<RunLock>,
+}
+
+impl ResumedRun {
+    /// Opens the run in `path` to continue it to `max_steps` (its own if `None`). The
+    /// writer locks it; a `reader` (a rank > 0 of a data-parallel run, which writes nothing)
+    /// does not.
+    ///
+    /// # Errors
+    /// [`TrainError::RunInUse`] while another process writes it; [`TrainError::Checkpoint`]
+    /// if no complete checkpoint exists; [`TrainError::InvalidInput`] for an imported run (no
+    /// optimizer state); [`TrainError::Config`] if it is already at `max_steps` or its
+    /// tokenizer is not its vocabulary.
+    pub fn open(path: &Path, max_steps: Option<usize>, reader: bool) -> Result<Self, TrainError> {
+        let dir = RunDir(path.to_path_buf());
+        // Locked first, so that a run still preparing its data is reported as busy; a folder
+        // that is no run at all gets no lock file.
+        let lock = if !reader && (dir.config().is_file() || dir.lock_file().is_file()) {
+            Some(dir.lock()?)
+        } else {
+            None
+        };
+        let mut config = dir.load_config()?;
+        let from = checkpoint::latest(path).map_err(|e| no_checkpoint(e, path))?;
+        let done: RunState = read_json(&from.join("state.json"))?;
+        if !checkpoint::has_optimizer_state(&from) {
+            return Err(TrainError::InvalidInput(format!(
+                "{} has no optimizer state (an imported run has none): predict, eval and \
+                 export-hf read it, but it cannot be resumed",
+                from.display()
+            )));
+        }
+        config.max_steps = max_steps.unwrap_or(config.max_steps);
+        config.validate()?;
+        if done.step >= config.max_steps {
+            return Err(TrainError::Config(format!(
+                "{} is already at step {} of max_steps {}: pass a larger --max-steps to continue",
+                path.display(),
+                done.step,
+                config.max_steps
+            )));
+        }
+        let tokenizer = WordPieceTokenizer::from_file(&dir.tokenizer())?;
+        if tokenizer.vocab_size() != config.model.vocab_size {
+            return Err(TrainError::Config(format!(
+                "{} has {} tokens, but config.json says vocab_size = {}",
+                dir.tokenizer().display(),
+                tokenizer.vocab_size(),
+                config.model.vocab_size
+            )));
+        }
+        Ok(Self {
+            dir,
+            config,
+            tokenizer,
+            checkpoint: from,
+            _lock: lock,
+        })
+    }
+
+    /// Records the resume: the new `max_steps` in `config.json`, and no checkpoint that a
+    /// crash left half-written. Called once the resume can go ahead.
+    ///
+    /// # Errors
+    /// [`TrainError::Io`] naming the file.
+    pub fn commit(&self) -> Result<(), TrainError> {
+        write_json(&self.dir.config(), &self.config)?;
+        checkpoint::remove_partial(&self.dir.0).map(drop)
+    }
+}
+
+/// A missing checkpoint, with what to do instead of resuming.
+fn no_checkpoint(e: TrainError, path: &Path) -> TrainError {
+    match e {
+        TrainError::Checkpoint { path: at, reason } => TrainError::Checkpoint {
+            path: at,
+            reason: format!(
+                "{reason}: the run stopped before its first checkpoint, so there is nothing \
+                 to resume; run the same `train --run {}` command again to start it anew",
+                path.display()
+            ),
+        },
+        other => other,
+    }
+}
+
+/// Writes an imported model as the run directory `path` that `predict`, `eval` and
+/// `export-hf` read: the tokenizer, the checkpoint `step-00000000` (no optimizer state),
+/// then `config.json`, last, because it marks a complete run directory.
+///
+/// # Errors
+/// [`TrainError::Config`] if `path` already holds a run; [`TrainError::Io`] /
+/// [`TrainError::Checkpoint`] naming the file.
+pub fn write_imported<B: Backend>(
+    path: &Path,
+    config: &TrainConfig,
+    tokenizer: &WordPieceTokenizer,
+    model: &BertForMaskedLm<B>,
+) -> Result<(), TrainError> {
+    let dir = RunDir(path.to_path_buf());
+    if dir.config().exists() {
+        return Err(TrainError::Config(format!(
+            "{} already holds a run; choose another --out",
+            path.display()
+        )));
+    }
+    std::fs::create_dir_all(path).map_err(io(path))?;
+    tokenizer.save(&dir.tokenizer())?;
+    let state = RunState {
+        step: 0,
+        elapsed_seconds: 0.0,
+        tokens_seen: 0,
+    };
+    checkpoint::save_model(path, model, &state)?;
+    write_json(&dir.config(), config)
 }

@@ -13,7 +13,7 @@ use mlm_core::masked_cross_entropy_with_labels;
 use mlm_train::data::SPECIAL_TOKENS;
 use mlm_train::hf::{export_run, import_run, load_hf};
 use mlm_train::predict::TrainedRun;
-use mlm_train::train::resume;
+use mlm_train::resume;
 use mlm_train::{BertForMaskedLm, TrainError};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};

@@ -15,7 +15,7 @@ use burn::backend::NdArray;
 use common::{parameters, path_arg, steps};
 use mlm_train::checkpoint;
 use mlm_train::report::{MetricsRow, Summary, read_metrics};
-use mlm_train::train::{RunDir, TrainConfig};
+use mlm_train::{RunDir, TrainConfig};
 
 /// The `mlm-train` binary of this build.
 const BIN: &str = env!("CARGO_BIN_EXE_mlm-train");

@@ -12,10 +12,11 @@ use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use common::{copy_dir, micro_config, parameters, path_arg, steps, train_losses};
 use mlm_train::checkpoint;
+use mlm_train::config::config_with_overrides;
 use mlm_train::predict::TrainedRun;
 use mlm_train::report::{MetricsRow, read_metrics};
-use mlm_train::train::{RunDir, TrainConfig, config_with_overrides, resume, train};
 use mlm_train::{BertConfig, BertForMaskedLm, TrainError};
+use mlm_train::{RunDir, TrainConfig, resume, train};
 
 type B = Autodiff<NdArray>;
 

@@ -8,7 +8,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, ElementConversion, Tensor};
 use mlm_core::{MaskedCrossEntropy, MaskingConfig};
 use mlm_train::data::{MlmBatch, make_shards};
-use mlm_train::train::{forward_loss, init_model};
+use mlm_train::gradients::forward_loss;
 use mlm_train::{BertConfig, BertForMaskedLm};
 
 type B = NdArray;
@@ -29,7 +29,7 @@ fn shards_of_a_batch_sum_to_the_whole_batch() {
         .with_num_hidden_layers(2)
         .with_intermediate_size(32)
         .with_max_position_embeddings(24);
-    let model = init_model::<B>(&config, 3, &device);
+    let model = config.init_seeded::<B>(3, &device);
     // Six sequences of different lengths, so that the shards pad differently from the whole.
     let sequences: Vec<Vec<u32>> = (0..6u32)
         .map(|i| (0..(8 + 3 * i)).map(|j| 5 + (i * 7 + j * 3) % 45).collect())
@@ -90,16 +90,16 @@ fn initial_weights_depend_on_the_seed_alone() {
         .with_num_hidden_layers(1)
         .with_intermediate_size(16)
         .with_max_position_embeddings(8);
-    let first = parameters(&init_model::<B>(&config, 5, &device));
+    let first = parameters(&config.init_seeded::<B>(5, &device));
     // Move the backend's own generator on: the initial weights must not notice.
     B::seed(&device, 1234);
     let _ = Tensor::<B, 1>::random([100], Distribution::Default, &device);
-    let second = parameters(&init_model::<B>(&config, 5, &device));
+    let second = parameters(&config.init_seeded::<B>(5, &device));
     assert_eq!(first, second);
-    assert_ne!(first, parameters(&init_model::<B>(&config, 6, &device)));
+    assert_ne!(first, parameters(&config.init_seeded::<B>(6, &device)));
 
     // BERT's initialisation: biases 0 (an attention query's and the head's), LayerNorm gain 1.
-    let model = init_model::<B>(&config, 5, &device);
+    let model = config.init_seeded::<B>(5, &device);
     let values = |param: &Param<Tensor<B, 1>>| param.val().into_data().to_vec::<f32>().unwrap();
     let query = &model.layers[0].attention.self_attention.query;
     let dense = &model.head.transform.as_ref().unwrap().dense;
@@ -123,7 +123,7 @@ fn the_sinusoidal_position_table_survives_the_seeded_initialiser() {
         .with_intermediate_size(32)
         .with_max_position_embeddings(64)
         .with_sinusoidal_positions(true);
-    let model = init_model::<B>(&config, 3, &Default::default());
+    let model = config.init_seeded::<B>(3, &Default::default());
     let table: Vec<f32> = model
         .embeddings
         .position_embeddings
@@ -158,11 +158,10 @@ fn the_sinusoidal_position_table_survives_the_seeded_initialiser() {
     );
 
     // Without the flag the table is the seeded normal draw, not sinusoids.
-    let normal = init_model::<B>(
-        &config.clone().with_sinusoidal_positions(false),
-        3,
-        &Default::default(),
-    );
+    let normal = config
+        .clone()
+        .with_sinusoidal_positions(false)
+        .init_seeded::<B>(3, &Default::default());
     let first: f32 = normal
         .embeddings
         .position_embeddings
@@ -212,7 +211,7 @@ fn local_attention_init_reads_the_neighbouring_tokens_from_the_start() {
     let config = BertConfig::new(1000)
         .with_max_position_embeddings(64)
         .with_local_attention_init(true);
-    let model = init_model::<B>(&config, 11, &Default::default());
+    let model = config.init_seeded::<B>(11, &Default::default());
     for (head, offset) in [(0, -1), (1, 1)] {
         let neighbour = attention_at_offset(&model, head, offset);
         let itself = attention_at_offset(&model, head, 0);
@@ -224,11 +223,10 @@ fn local_attention_init_reads_the_neighbouring_tokens_from_the_start() {
         assert!(itself < 0.05, "head {head}: {itself} on itself");
     }
 
-    let plain = init_model::<B>(
-        &config.clone().with_local_attention_init(false),
-        11,
-        &Default::default(),
-    );
+    let plain = config
+        .clone()
+        .with_local_attention_init(false)
+        .init_seeded::<B>(11, &Default::default());
     let previous = attention_at_offset(&plain, 0, -1);
     assert!((previous - 1.0 / 64.0).abs() < 0.005, "{previous}");
     assert!(

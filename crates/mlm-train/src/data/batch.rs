@@ -118,15 +118,27 @@ pub fn make_shards<B: Backend>(
     shards: usize,
     device: &B::Device,
 ) -> Result<Vec<MlmBatch<B>>, TrainError> {
+    Ok(mask_shards(sequences, masker, shards)?
+        .iter()
+        .map(|shard| to_device(shard, pad_id, device))
+        .collect())
+}
+
+/// [`make_shards`] on the host: the masked shards, not yet tensors.
+///
+/// # Errors
+/// The masker's errors (an id outside its vocabulary).
+pub fn mask_shards(
+    sequences: &[&[u32]],
+    masker: &mut Masker,
+    shards: usize,
+) -> Result<Vec<MaskedBatch>, TrainError> {
     let owned: Vec<Vec<u32>> = sequences.iter().map(|s| s.to_vec()).collect();
     let masked = masker.mask(&owned)?;
     let per_shard = owned.len().div_ceil(shards.max(1)).max(1);
     Ok((0..owned.len().max(1))
         .step_by(per_shard)
-        .map(|first| {
-            let rows = first..(first + per_shard).min(owned.len());
-            to_device(&shard(&masked, rows), pad_id, device)
-        })
+        .map(|first| shard(&masked, first..(first + per_shard).min(owned.len())))
         .collect())
 }
 
@@ -145,7 +157,7 @@ fn shard(masked: &MaskedBatch, rows: std::ops::Range<usize>) -> MaskedBatch {
 }
 
 /// A masked batch as tensors on `device`, padded with `pad_id` to its longest sequence.
-fn to_device<B: Backend>(masked: &MaskedBatch, pad_id: u32, device: &B::Device) -> MlmBatch<B> {
+pub fn to_device<B: Backend>(masked: &MaskedBatch, pad_id: u32, device: &B::Device) -> MlmBatch<B> {
     let batch = masked.input_ids.len();
     let seq = masked.input_ids.iter().map(Vec::len).max().unwrap_or(0);
     let mut ids = vec![i64::from(pad_id); batch * seq];

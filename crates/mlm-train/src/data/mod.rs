@@ -3,12 +3,16 @@
 
 pub mod batch;
 pub mod corpus;
+pub mod schedule;
 pub mod tokenizer;
 
 use std::path::Path;
 
-pub use batch::{MlmBatch, epoch_order, make_batch, make_shards, pack, unigram_baseline};
+pub use batch::{
+    MlmBatch, epoch_order, make_batch, make_shards, mask_shards, pack, to_device, unigram_baseline,
+};
 pub use corpus::{CORPUS_PACKAGES, Document, clean, fetch_corpus, read_corpus, split_held_out};
+pub use schedule::BatchSchedule;
 pub use tokenizer::{SPECIAL_TOKENS, WordPieceTokenizer};
 
 use crate::error::TrainError;

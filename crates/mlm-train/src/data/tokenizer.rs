@@ -16,6 +16,8 @@ use tokenizers::{
     PreTokenizer, Tokenizer,
 };
 
+use mlm_core::{Masker, MaskingConfig};
+
 use crate::error::TrainError;
 
 /// BERT's special tokens, in the order a trained vocabulary assigns their ids (0..5).
@@ -174,6 +176,21 @@ impl WordPieceTokenizer {
                 path: path.to_path_buf(),
                 reason: e.to_string(),
             })
+    }
+
+    /// A masker over this vocabulary that never selects a special token, at
+    /// `mlm_probability` (BERT §3.1: 0.15) with 80/10/10 replacement; batch `k` of a run is
+    /// drawn with generator `k` of `seed` ([`Masker::resume_at`]).
+    ///
+    /// # Errors
+    /// [`mlm_core::MlmError`] for an `mlm_probability` outside (0, 1].
+    pub fn masker(&self, mlm_probability: f64, seed: u64) -> Result<Masker, TrainError> {
+        Ok(
+            MaskingConfig::new(self.vocab_size(), self.mask_id, self.special_ids.clone())
+                .with_mlm_probability(mlm_probability)
+                .with_seed(seed)
+                .init()?,
+        )
     }
 
     /// Number of tokens in the vocabulary.

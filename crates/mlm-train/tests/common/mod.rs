@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use burn::backend::NdArray;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
+use mlm_train::TrainConfig;
 use mlm_train::report::MetricsRow;
-use mlm_train::train::TrainConfig;
 use mlm_train::{BertConfig, BertForMaskedLm};
 
 /// Moby Dick chapters 1–8.

@@ -1,0 +1,99 @@
+//! Held-out evaluation: the masked-LM loss, accuracy and perplexity of a model on sequences
+//! masked the same way at every call, split by what the input showed at the graded positions.
+
+use burn::tensor::ElementConversion;
+use burn::tensor::backend::Backend;
+use mlm_core::{IGNORE_INDEX, MaskedCrossEntropy};
+
+use crate::config::TrainConfig;
+use crate::data::{WordPieceTokenizer, make_batch};
+use crate::error::TrainError;
+use crate::gradients::masked_logits;
+use crate::model::BertForMaskedLm;
+
+/// Held-out metrics.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EvalMetrics {
+    /// Mean loss over all masked tokens, nats.
+    pub loss: f64,
+    /// Share of masked tokens predicted exactly.
+    pub accuracy: f64,
+    /// Number of masked tokens graded.
+    pub n_masked: usize,
+    /// Mean loss at the graded positions whose input was `[MASK]` (80 % of them, BERT §3.1),
+    /// nats: what the model predicts from the context alone. `None` if there was none.
+    pub mask_loss: Option<f64>,
+    /// Mean loss at the graded positions whose input was a random token (10 %), nats.
+    pub random_loss: Option<f64>,
+    /// Mean loss at the graded positions whose input was the original token (10 %), nats:
+    /// there the model can copy what it sees.
+    pub unchanged_loss: Option<f64>,
+}
+
+impl EvalMetrics {
+    /// `exp(loss)`.
+    pub fn perplexity(&self) -> f64 {
+        self.loss.exp()
+    }
+}
+
+/// Held-out batches are masked at BERT's 15 % whatever the training rate, so that held-out
+/// losses of runs with different `mlm_probability` compare.
+pub const EVAL_MLM_PROBABILITY: f64 = 0.15;
+
+/// Masked-LM loss and accuracy over `sequences`, masked with a fixed seed (the same masks
+/// at every call), without autodiff.
+///
+/// # Errors
+/// Masker and loss errors.
+pub fn evaluate<B: Backend>(
+    model: &BertForMaskedLm<B>,
+    sequences: &[Vec<u32>],
+    tokenizer: &WordPieceTokenizer,
+    config: &TrainConfig,
+    device: &B::Device,
+) -> Result<EvalMetrics, TrainError> {
+    let mut masker = tokenizer.masker(EVAL_MLM_PROBABILITY, config.seed.wrapping_add(0x5eed))?;
+    let loss_fn = MaskedCrossEntropy::default();
+    // Summed loss, count and correct predictions at [MASK], random and unchanged inputs:
+    // three kinds that partition the graded positions (a target is never [MASK]).
+    let mut by_input = [(0.0, 0, 0); 3];
+    let sequences = &sequences[..sequences.len().min(config.max_eval_sequences)];
+    for chunk in sequences.chunks(config.batch_size) {
+        let chunk: Vec<&[u32]> = chunk.iter().map(Vec::as_slice).collect();
+        let batch = make_batch::<B>(&chunk, &mut masker, tokenizer.pad_id, device)?;
+        let inputs = batch
+            .input_ids
+            .clone()
+            .flatten::<1>(0, 1)
+            .select(0, batch.masked_positions.clone());
+        let targets = batch.masked_targets.clone();
+        let at_mask = inputs.clone().equal_elem(tokenizer.mask_id);
+        let unchanged = inputs.equal(targets.clone());
+        let random = at_mask
+            .clone()
+            .bool_not()
+            .bool_and(unchanged.clone().bool_not());
+        let logits = masked_logits(model, batch)?;
+        // The loss with every other kind's labels set to the ignore index.
+        for (sum, selected) in by_input.iter_mut().zip([at_mask, random, unchanged]) {
+            let labels = targets.clone().mask_fill(selected.bool_not(), IGNORE_INDEX);
+            let out = loss_fn.forward_labels(logits.clone(), labels)?;
+            sum.0 += f64::from(out.loss_sum.into_scalar().elem::<f32>());
+            sum.1 += out.n_graded;
+            sum.2 += out.n_correct;
+        }
+    }
+    let loss_sum: f64 = by_input.iter().map(|kind| kind.0).sum();
+    let n_masked: usize = by_input.iter().map(|kind| kind.1).sum();
+    let n_correct: usize = by_input.iter().map(|kind| kind.2).sum();
+    let mean = |(sum, n, _): (f64, usize, usize)| (n > 0).then(|| sum / n as f64);
+    Ok(EvalMetrics {
+        loss: loss_sum / n_masked.max(1) as f64,
+        accuracy: n_correct as f64 / n_masked.max(1) as f64,
+        n_masked,
+        mask_loss: mean(by_input[0]),
+        random_loss: mean(by_input[1]),
+        unchanged_loss: mean(by_input[2]),
+    })
+}

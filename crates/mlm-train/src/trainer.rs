@@ -1,0 +1,369 @@
+//! The `Trainer`: the model, its AdamW optimizer, the masker and the run's state, with what a
+//! training loop does to them: [`step`](Trainer::step), [`validate`](Trainer::validate),
+//! [`checkpoint`](Trainer::checkpoint) and [`summary`](Trainer::summary).
+//!
+//! One optimizer step (BERT §3.1 and Appendix A.2, as Hugging Face trains it):
+//! mask each micro-batch of the global batch → split it into shards (this rank's share) →
+//! forward and backward of Σ loss ÷ the **global** masked count → sum over shards and ranks
+//! → clip by the global norm → AdamW at the scheduled learning rate.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use burn::module::AutodiffModule;
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{AdamW, AdamWConfig, GradientsAccumulator, GradientsParams, Optimizer};
+use burn::tensor::backend::AutodiffBackend;
+use mlm_core::{MaskedBatch, MaskedCrossEntropy, Masker};
+
+use crate::checkpoint::{self, RunState};
+use crate::config::{TrainConfig, learning_rate};
+use crate::data::{WordPieceTokenizer, mask_shards, to_device};
+use crate::error::TrainError;
+use crate::eval::{EvalMetrics, evaluate};
+use crate::gradients::{clip_global_norm, shard_gradients};
+use crate::model::BertForMaskedLm;
+use crate::report::{MetricsRow, SegmentSummary, Summary};
+
+/// Sums what every rank computed in one step: the gradients, and `[loss sum, correct
+/// predictions, stop requests]`. The identity for a single process; across processes,
+/// [`crate::collective`].
+pub trait GradientSync<B: AutodiffBackend> {
+    /// The sums over all ranks of `grads` (this rank's, for the parameters of `model`) and
+    /// of `totals`.
+    ///
+    /// # Errors
+    /// [`TrainError::Collective`] if a rank is gone or the reduction fails.
+    fn all_reduce(
+        &mut self,
+        model: &BertForMaskedLm<B>,
+        grads: GradientsParams,
+        totals: [f64; 3],
+    ) -> Result<(GradientsParams, [f64; 3]), TrainError>;
+}
+
+/// This process's place in a data-parallel run (torchrun's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rank {
+    /// This process, `0..world_size`; rank 0 writes the run.
+    pub rank: usize,
+    /// Number of processes.
+    pub world_size: usize,
+}
+
+impl Rank {
+    /// A run of one process.
+    pub const SINGLE: Rank = Rank {
+        rank: 0,
+        world_size: 1,
+    };
+}
+
+/// What one optimizer step did, over every rank.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepOutput {
+    /// The step just taken (1-based).
+    pub step: usize,
+    /// Mean loss over the step's masked tokens, nats.
+    pub loss: f64,
+    /// Share of the step's masked tokens predicted exactly.
+    pub accuracy: f64,
+    /// The learning rate this step used.
+    pub learning_rate: f64,
+    /// Global L2 norm of the gradient before clipping.
+    pub grad_norm: f64,
+    /// Training tokens per second of wall time in this session.
+    pub tokens_per_second: f64,
+    /// Training wall time of the run so far, seconds.
+    pub elapsed_seconds: f64,
+    /// Whether some rank was asked to stop (SIGINT / SIGTERM): every rank stops after this
+    /// step together.
+    pub stop_requested: bool,
+}
+
+impl StepOutput {
+    /// A metrics row of this step: `split`'s loss and accuracy with the step's schedule and
+    /// speed.
+    pub fn row(&self, split: &str, loss: f64, accuracy: f64) -> MetricsRow {
+        MetricsRow {
+            step: self.step,
+            split: split.into(),
+            loss,
+            accuracy,
+            perplexity: loss.exp(),
+            learning_rate: self.learning_rate,
+            tokens_per_second: self.tokens_per_second,
+            elapsed_seconds: self.elapsed_seconds,
+        }
+    }
+}
+
+/// Where this session (a new run, or one resume of it) started.
+struct Segment {
+    started: Instant,
+    first_step: usize,
+    elapsed_before: f64,
+    tokens_before: u64,
+}
+
+/// A model in training, with everything its next step needs.
+pub struct Trainer<B: AutodiffBackend> {
+    config: TrainConfig,
+    model: BertForMaskedLm<B>,
+    optimizer: OptimizerAdaptor<AdamW, BertForMaskedLm<B>, B>,
+    masker: Masker,
+    loss_fn: MaskedCrossEntropy,
+    state: RunState,
+    segment: Segment,
+    pad_id: u32,
+    rank: Rank,
+    sync: Option<Box<dyn GradientSync<B>>>,
+    device: B::Device,
+}
+
+impl<B: AutodiffBackend> Trainer<B> {
+    /// A fresh model from `config.seed` ([`BertConfig::init_seeded`]) at step 0, masking
+    /// with `tokenizer`'s vocabulary.
+    ///
+    /// # Errors
+    /// [`TrainError::Mlm`] for an `mlm_probability` the masker refuses.
+    ///
+    /// [`BertConfig::init_seeded`]: crate::model::BertConfig::init_seeded
+    pub fn new(
+        config: &TrainConfig,
+        tokenizer: &WordPieceTokenizer,
+        device: &B::Device,
+    ) -> Result<Self, TrainError> {
+        let state = RunState {
+            step: 0,
+            elapsed_seconds: 0.0,
+            tokens_seen: 0,
+        };
+        Ok(Self {
+            model: config.model.init_seeded(config.seed, device),
+            optimizer: AdamWConfig::new()
+                .with_weight_decay(config.weight_decay as f32)
+                .with_epsilon(1e-6)
+                .init(),
+            masker: tokenizer.masker(config.mlm_probability, config.seed)?,
+            loss_fn: MaskedCrossEntropy::default(),
+            segment: Segment::at(&state),
+            state,
+            pad_id: tokenizer.pad_id,
+            rank: Rank::SINGLE,
+            sync: None,
+            config: config.clone(),
+            device: device.clone(),
+        })
+    }
+
+    /// Continues from the checkpoint folder `dir`: its weights, optimizer moments and step.
+    ///
+    /// # Errors
+    /// [`TrainError::Checkpoint`] / [`TrainError::Json`] naming the broken file.
+    pub fn load_checkpoint(mut self, dir: &Path) -> Result<Self, TrainError> {
+        self.model = checkpoint::load_model::<B>(dir, &self.config.model, &self.device)?;
+        (self.optimizer, self.state) =
+            checkpoint::load_training::<B, _>(dir, self.optimizer, &self.device)?;
+        self.segment = Segment::at(&self.state);
+        Ok(self)
+    }
+
+    /// Trains as `rank` of a data-parallel run whose gradients `sync` sums.
+    pub fn with_ranks(mut self, rank: Rank, sync: Box<dyn GradientSync<B>>) -> Self {
+        self.rank = rank;
+        self.sync = Some(sync);
+        self
+    }
+
+    /// The run's state after the last step.
+    pub fn state(&self) -> &RunState {
+        &self.state
+    }
+
+    /// The model being trained.
+    pub fn model(&self) -> &BertForMaskedLm<B> {
+        &self.model
+    }
+
+    /// One optimizer step over `micro_batches` (each the global batch's sequences with its
+    /// index `k` in the run, from [`BatchSchedule::step`](crate::data::BatchSchedule::step)).
+    ///
+    /// # Errors
+    /// [`TrainError::NonFinite`] before the update if the loss or the gradient norm is not
+    /// finite (no non-finite weight reaches a checkpoint); masker, loss and collective errors.
+    pub fn step(
+        &mut self,
+        micro_batches: Vec<(u64, Vec<&[u32]>)>,
+    ) -> Result<StepOutput, TrainError> {
+        let step = self.state.step + 1;
+        // Dropout draws from the backend's generator: seed it per step, so that a resumed run
+        // replays the same dropout masks as an uninterrupted one.
+        B::seed(
+            &self.device,
+            self.config.seed ^ (step as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        );
+        let (shards, n_masked, n_tokens) = self.my_shards(micro_batches)?;
+        let shards = shards
+            .iter()
+            .map(|shard| to_device(shard, self.pad_id, &self.device))
+            .collect();
+        let mut accumulator = GradientsAccumulator::<BertForMaskedLm<B>>::new();
+        let mut totals = [0.0, 0.0, f64::from(crate::stop::requested().is_some())];
+        let parallel = self.config.model.hidden_dropout_prob == 0.0
+            && self.config.model.attention_probs_dropout_prob == 0.0;
+        for shard in shard_gradients(&self.model, shards, &self.loss_fn, n_masked, parallel)? {
+            totals[0] += shard.loss_sum;
+            totals[1] += shard.n_correct as f64;
+            accumulator.accumulate(&self.model, shard.grads);
+        }
+        let mut grads = accumulator.grads();
+        if let Some(sync) = self.sync.as_mut() {
+            (grads, totals) = sync.all_reduce(&self.model, grads, totals)?;
+        }
+        let loss = totals[0] / n_masked.max(1) as f64;
+        let grad_norm = clip_global_norm(&self.model, &mut grads, self.config.max_grad_norm);
+        for (quantity, value) in [("loss", loss), ("gradient norm", grad_norm)] {
+            if !value.is_finite() {
+                return Err(TrainError::NonFinite {
+                    step,
+                    quantity,
+                    value,
+                });
+            }
+        }
+        let lr = learning_rate(&self.config, step);
+        self.model = self.optimizer.step(lr, self.model.clone(), grads);
+        self.state.step = step;
+        self.state.tokens_seen += n_tokens as u64;
+        let session = self.segment.started.elapsed().as_secs_f64();
+        self.state.elapsed_seconds = self.segment.elapsed_before + session;
+        Ok(StepOutput {
+            step,
+            loss,
+            accuracy: totals[1] / n_masked.max(1) as f64,
+            learning_rate: lr,
+            grad_norm,
+            tokens_per_second: (self.state.tokens_seen - self.segment.tokens_before) as f64
+                / session,
+            elapsed_seconds: self.state.elapsed_seconds,
+            // Across ranks only the summed flag is common ground; alone, a signal that came
+            // during the step stops after it.
+            stop_requested: totals[2] > 0.0
+                || (self.sync.is_none() && crate::stop::requested().is_some()),
+        })
+    }
+
+    /// Masks every micro-batch whole and splits it into `world_size × parallel_shards`
+    /// shards; returns this rank's shards with the global masked and token counts, which
+    /// every rank knows without communicating (the masks are a function of `k`).
+    fn my_shards(
+        &mut self,
+        micro_batches: Vec<(u64, Vec<&[u32]>)>,
+    ) -> Result<(Vec<MaskedBatch>, usize, usize), TrainError> {
+        let per_rank = self.config.parallel_shards;
+        let (mut mine, mut n_masked, mut n_tokens) = (Vec::new(), 0, 0);
+        for (k, sequences) in micro_batches {
+            self.masker.resume_at(k);
+            let shards = mask_shards(
+                &sequences,
+                &mut self.masker,
+                per_rank * self.rank.world_size,
+            )?;
+            n_masked += shards
+                .iter()
+                .map(|s| s.masked_positions.len())
+                .sum::<usize>();
+            n_tokens += sequences.iter().map(|s| s.len()).sum::<usize>();
+            mine.extend(
+                shards
+                    .into_iter()
+                    .skip(self.rank.rank * per_rank)
+                    .take(per_rank),
+            );
+        }
+        Ok((mine, n_masked, n_tokens))
+    }
+
+    /// Held-out metrics of the current weights ([`evaluate`]).
+    ///
+    /// # Errors
+    /// Masker and loss errors.
+    pub fn validate(
+        &self,
+        held_out: &[Vec<u32>],
+        tokenizer: &WordPieceTokenizer,
+    ) -> Result<EvalMetrics, TrainError> {
+        evaluate(
+            &self.model.valid(),
+            held_out,
+            tokenizer,
+            &self.config,
+            &self.device,
+        )
+    }
+
+    /// Saves weights, optimizer state and run state atomically as
+    /// `run_dir/checkpoints/step-NNNNNNNN/`; returns that folder.
+    ///
+    /// # Errors
+    /// [`TrainError::Io`] / [`TrainError::Checkpoint`] naming the file.
+    pub fn checkpoint(&self, run_dir: &Path) -> Result<PathBuf, TrainError> {
+        checkpoint::save(run_dir, &self.model, &self.optimizer, &self.state)
+    }
+
+    /// The run's summary after the last step: `eval` of the final weights against the
+    /// unigram `baseline` (entropy in nats, most-frequent-token accuracy).
+    pub fn summary(
+        &self,
+        eval: &EvalMetrics,
+        baseline: (f64, f64),
+        backend: &str,
+        stopped_by: Option<&str>,
+    ) -> Summary {
+        let state = &self.state;
+        Summary {
+            final_valid_loss: eval.loss,
+            valid_accuracy: eval.accuracy,
+            valid_perplexity: eval.perplexity(),
+            valid_mask_loss: eval.mask_loss,
+            valid_random_loss: eval.random_loss,
+            valid_unchanged_loss: eval.unchanged_loss,
+            unigram_entropy: baseline.0,
+            gain_over_unigram: baseline.0 - eval.loss,
+            most_frequent_token_accuracy: baseline.1,
+            tokens_per_second: state.tokens_seen as f64 / state.elapsed_seconds.max(1e-9),
+            wall_time_seconds: state.elapsed_seconds,
+            steps: state.step,
+            max_steps: self.config.max_steps,
+            stopped_by: stopped_by.map(Into::into),
+            last_segment: self.segment.report(state),
+            parameters: self.config.model.num_parameters(),
+            backend: backend.into(),
+            adapter: crate::backend::adapter_name(backend),
+        }
+    }
+}
+
+impl Segment {
+    /// A session that starts from `state`, now.
+    fn at(state: &RunState) -> Self {
+        Self {
+            started: Instant::now(),
+            first_step: state.step,
+            elapsed_before: state.elapsed_seconds,
+            tokens_before: state.tokens_seen,
+        }
+    }
+
+    /// This session's share of the run, once it reached `state`.
+    fn report(&self, state: &RunState) -> SegmentSummary {
+        let seconds = state.elapsed_seconds - self.elapsed_before;
+        SegmentSummary {
+            first_step: self.first_step + 1,
+            steps: state.step - self.first_step,
+            seconds,
+            tokens_per_second: (state.tokens_seen - self.tokens_before) as f64 / seconds.max(1e-9),
+        }
+    }
+}
