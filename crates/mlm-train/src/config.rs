@@ -41,6 +41,11 @@ pub struct TrainConfig {
     /// definition: the numbers depend on it, not on the machine's core count.
     #[config(default = 2)]
     pub parallel_shards: usize,
+    /// Processes of a data-parallel run (torchrun's world size), each training `batch_size`
+    /// sequences of every global batch of `world_size × batch_size`
+    /// ([`crate::collective`]). Part of the run's definition, like `parallel_shards`.
+    #[config(default = 1)]
+    pub world_size: usize,
     /// Peak learning rate.
     #[config(default = 2e-3)]
     pub learning_rate: f64,
@@ -102,6 +107,7 @@ impl TrainConfig {
             ("batch_size", self.batch_size),
             ("grad_accumulation", self.grad_accumulation),
             ("parallel_shards", self.parallel_shards),
+            ("world_size", self.world_size),
             ("max_steps", self.max_steps),
             ("eval_every", self.eval_every),
             ("checkpoint_every", self.checkpoint_every),

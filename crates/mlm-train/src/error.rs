@@ -64,6 +64,10 @@ pub enum TrainError {
         /// The process's exit status for it: 128 + the signal's number.
         exit_status: u8,
     },
+    /// A data-parallel run could not sum over its ranks: one is gone, the ranks disagree on
+    /// where they start, or the collective failed ([`crate::collective`]).
+    #[error("data-parallel run: {0}")]
+    Collective(String),
     /// A training step would need more memory than the machine has.
     #[error(
         "a training step needs about {needed_gib:.1} GiB ({what}), more than this machine's \

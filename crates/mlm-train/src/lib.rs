@@ -16,6 +16,7 @@
 pub mod backend;
 pub mod bench;
 pub mod checkpoint;
+pub mod collective;
 pub mod config;
 pub mod data;
 pub mod error;
@@ -36,5 +37,5 @@ pub use config::TrainConfig;
 pub use error::TrainError;
 pub use model::{BertConfig, BertForMaskedLm};
 pub use run_dir::RunDir;
-pub use train::{resume, train};
+pub use train::{resume, resume_with, train, train_with};
 pub use trainer::Trainer;

@@ -4,17 +4,19 @@
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use mlm_train::backend::BackendKind;
 use mlm_train::bench::{BackendBenchConfig, compare_backends, markdown_table, save_rows};
+use mlm_train::collective::ProcessGroup;
 use mlm_train::config::config_with_overrides;
 use mlm_train::data::fetch_corpus;
 use mlm_train::hf::{export_run, import_run};
 use mlm_train::predict::TrainedRun;
 use mlm_train::report::Summary;
 use mlm_train::{BertConfig, TrainError, with_backend};
-use mlm_train::{TrainConfig, resume, train};
+use mlm_train::{TrainConfig, resume_with, train_with};
 
 /// Where `fetch-corpus` puts the default corpus, and where `train` looks for it.
 const DEFAULT_CORPUS: &str = "data/corpus";
@@ -187,9 +189,30 @@ struct TrainArgs {
     /// Optimizer steps.
     #[arg(long)]
     max_steps: Option<usize>,
-    /// Sequences per micro-batch.
+    /// Sequences per micro-batch (per rank: the global batch is world size × this).
     #[arg(long, conflicts_with = "resume")]
     batch_size: Option<usize>,
+    /// Threads (shards) over which each rank splits its micro-batch.
+    #[arg(long, conflicts_with = "resume")]
+    parallel_shards: Option<usize>,
+    /// Processes of a data-parallel run (torchrun's WORLD_SIZE); start one per rank.
+    #[arg(long, conflicts_with = "resume", requires = "coordinator")]
+    world_size: Option<usize>,
+    /// This process's rank in 0..world size; rank 0 runs the coordinator and writes the run
+    /// (the other ranks write nothing).
+    #[arg(long, default_value_t = 0, requires = "coordinator")]
+    rank: usize,
+    /// HOST:PORT of rank 0's coordinator, the same for every rank (e.g. 127.0.0.1:29500).
+    #[arg(long)]
+    coordinator: Option<String>,
+    /// Port of this rank's data service, which the other ranks download its gradients
+    /// from [default: coordinator port + 1 + rank].
+    #[arg(long, requires = "coordinator")]
+    data_service_port: Option<u16>,
+    /// Seconds a rank waits for the others in one collective call before it exits with
+    /// status 124 (a rank died, hangs or never started).
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    collective_timeout: u64,
     /// Micro-batches per optimizer step.
     #[arg(long, conflicts_with = "resume")]
     grad_accumulation: Option<usize>,
@@ -258,6 +281,7 @@ macro_rules! config_flags {
 
 config_flags!(
     max_steps => max_steps, batch_size => batch_size,
+    parallel_shards => parallel_shards, world_size => world_size,
     grad_accumulation => grad_accumulation, learning_rate => learning_rate,
     warmup_steps => warmup_steps, max_seq_len => max_seq_len, vocab_size => vocab_size,
     hidden_size => model.hidden_size, layers => model.num_hidden_layers,
@@ -269,6 +293,16 @@ config_flags!(
 );
 
 impl TrainArgs {
+    /// This process's part in a data-parallel run, if `--coordinator` is given.
+    fn group(&self) -> Option<ProcessGroup> {
+        self.coordinator.as_ref().map(|coordinator| ProcessGroup {
+            rank: self.rank,
+            coordinator: coordinator.clone(),
+            data_service_port: self.data_service_port,
+            timeout: Duration::from_secs(self.collective_timeout),
+        })
+    }
+
     /// The configuration: defaults, then `--config`, then each flag given.
     fn config(&self) -> Result<TrainConfig, TrainError> {
         let defaults = TrainConfig::new(DEFAULT_CORPUS.into());
@@ -301,19 +335,22 @@ fn run(cli: Cli) -> Result<ExitCode, TrainError> {
         Command::Train(args) => {
             mlm_train::stop::install_handlers()?;
             let summary = with_backend!(args.backend, |B, device| {
+                let (group, backend) = (args.group(), args.backend.name());
                 match &args.resume {
-                    Some(dir) => resume::<B>(dir, args.max_steps, &device, args.backend.name()),
+                    Some(dir) => {
+                        resume_with::<B>(dir, args.max_steps, &device, backend, group.as_ref())
+                    }
                     None => {
                         let config = args.config()?;
                         if config.corpus == Path::new(DEFAULT_CORPUS) {
                             fetch_corpus(&config.corpus)?;
                         }
-                        train::<B>(config, &args.run, &device, args.backend.name())
+                        train_with::<B>(config, &args.run, &device, backend, group.as_ref())
                     }
                 }
             })?;
             let run = args.resume.as_ref().unwrap_or(&args.run);
-            print_result(&summary, run);
+            print_result(&summary, run, args.rank);
             Ok(stop_status(&summary, run))
         }
         Command::Bench(BenchCommand::Backends(args)) => {
@@ -397,7 +434,7 @@ fn run(cli: Cli) -> Result<ExitCode, TrainError> {
 }
 
 /// What a finished (or stopped) run prints: the held-out result against its baselines.
-fn print_result(summary: &Summary, run: &Path) {
+fn print_result(summary: &Summary, run: &Path, rank: usize) {
     let gain = summary.gain_over_unigram;
     println!(
         "held-out loss {:.4} nats (unigram baseline {:.4}: {:.2} nats {}), accuracy {:.1} % \
@@ -420,7 +457,18 @@ fn print_result(summary: &Summary, run: &Path) {
             summary.valid_unchanged_loss
         )
     );
-    println!("run saved in {}", run.display());
+    if let Some(traffic) = &summary.all_reduce {
+        println!(
+            "{} ranks: {:.2} MiB all-reduced per step in {:.1} ms on average",
+            summary.world_size,
+            traffic.bytes_per_step as f64 / (1 << 20) as f64,
+            1e3 * traffic.seconds_per_step
+        );
+    }
+    match rank {
+        0 => println!("run saved in {}", run.display()),
+        _ => println!("rank {rank} done; rank 0 saved the run"),
+    }
 }
 
 /// Success, or 128 + the number of the signal that stopped the run early (after its

@@ -256,12 +256,33 @@ pub struct Summary {
     /// The session that wrote this summary: the whole run, or its last resume.
     #[serde(default)]
     pub last_segment: SegmentSummary,
+    /// Processes that trained it together (1: a single process).
+    #[serde(default = "one")]
+    pub world_size: usize,
+    /// What summing the gradients over the processes cost in the last session; `null` for
+    /// a single process.
+    #[serde(default)]
+    pub all_reduce: Option<Traffic>,
     /// Trainable parameters.
     pub parameters: usize,
     /// Backend name (`flex`, `ndarray`, `wgpu`).
     pub backend: String,
     /// The device the backend ran on, in words.
     pub adapter: String,
+}
+
+fn one() -> usize {
+    1
+}
+
+/// The cost of summing over the ranks of a data-parallel run, per optimizer step.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Traffic {
+    /// Bytes each rank contributes to the step's all-reduce (its gradients and totals, f32).
+    pub bytes_per_step: usize,
+    /// Mean wall time of the step's all-reduce, seconds, the wait for the slowest rank
+    /// included.
+    pub seconds_per_step: f64,
 }
 
 /// One training session of a run: the first run, or one `--resume` of it.

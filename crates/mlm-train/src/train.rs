@@ -10,13 +10,14 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::backend::AutodiffBackend;
 
+use crate::collective::ProcessGroup;
 use crate::data::{self, BatchSchedule, WordPieceTokenizer};
 use crate::error::{TrainError, write_json};
 use crate::eval::EvalMetrics;
 use crate::progress::Progress;
-use crate::report::{MetricsLog, Summary, plot_loss_curve};
+use crate::report::{MetricsLog, MetricsRow, Summary, plot_loss_curve};
 use crate::run_dir::{NewRun, ResumedRun, RunDir};
-use crate::trainer::{Rank, Trainer};
+use crate::trainer::Trainer;
 
 use crate::config::TrainConfig;
 
@@ -32,30 +33,54 @@ use crate::config::TrainConfig;
 /// removed if this call made it; otherwise its `config.json` is), so the same command can
 /// be run again.
 pub fn train<B: AutodiffBackend>(
-    mut config: TrainConfig,
+    config: TrainConfig,
     run_dir: &Path,
     device: &B::Device,
     backend: &str,
 ) -> Result<Summary, TrainError> {
+    train_with::<B>(config, run_dir, device, backend, None)
+}
+
+/// [`train`], as rank `group.rank` of a data-parallel run of `config.world_size` processes
+/// when `group` is given: every rank prepares the same data and the same model, trains its
+/// share of every global batch, and adds its gradients to the others'; rank 0 alone writes
+/// `run_dir` (the other ranks write nothing).
+///
+/// # Errors
+/// As [`train`]; [`TrainError::Config`] for a `world_size` above 1 without a `group` or a
+/// bad `group`; [`TrainError::Collective`] if the ranks cannot sum or disagree.
+pub fn train_with<B: AutodiffBackend>(
+    mut config: TrainConfig,
+    run_dir: &Path,
+    device: &B::Device,
+    backend: &str,
+    group: Option<&ProcessGroup>,
+) -> Result<Summary, TrainError> {
     config.resolve(None);
     config.validate()?;
+    check_group(&config, group)?;
     // An absolute corpus path, so the run resumes and evaluates from any directory.
     config.corpus = std::fs::canonicalize(&config.corpus)
         .map_err(|_| TrainError::CorpusNotFound(config.corpus.clone()))?;
+    if !writes_run(group) {
+        return start::<B>(&mut config, None, device, backend, group);
+    }
     let run = NewRun::create(run_dir)?;
-    let result = start::<B>(&mut config, &run.dir, device, backend);
+    let result = start::<B>(&mut config, Some(&run.dir), device, backend, group);
     if result.is_err() {
         run.abandon();
     }
     result
 }
 
-/// Writes the tokenizer and `config.json` of a new run in the locked `dir`, then trains.
+/// Writes the tokenizer and `config.json` of a new run in the locked `dir` (if this process
+/// writes the run), then trains.
 fn start<B: AutodiffBackend>(
     config: &mut TrainConfig,
-    dir: &RunDir,
+    dir: Option<&RunDir>,
     device: &B::Device,
     backend: &str,
+    group: Option<&ProcessGroup>,
 ) -> Result<Summary, TrainError> {
     let tokenizer = config
         .tokenizer
@@ -63,10 +88,12 @@ fn start<B: AutodiffBackend>(
         .map(WordPieceTokenizer::from_file)
         .transpose()?;
     let prepared = prepare_data(config, tokenizer)?;
-    prepared.tokenizer.save(&dir.tokenizer())?;
     config.resolve(Some(&prepared.tokenizer));
-    write_json(&dir.config(), config)?;
-    run::<B>(config, dir, prepared, None, device, backend)
+    if let Some(dir) = dir {
+        prepared.tokenizer.save(&dir.tokenizer())?;
+        write_json(&dir.config(), config)?;
+    }
+    run::<B>(config, dir, prepared, None, device, backend, group)
 }
 
 /// Continues the run in `run_dir` from its newest complete checkpoint, optionally to a
@@ -82,18 +109,49 @@ pub fn resume<B: AutodiffBackend>(
     device: &B::Device,
     backend: &str,
 ) -> Result<Summary, TrainError> {
-    let resumed = ResumedRun::open(run_dir, max_steps, false)?;
+    resume_with::<B>(run_dir, max_steps, device, backend, None)
+}
+
+/// [`resume`], as one rank of a data-parallel run ([`train_with`]): every rank reads the
+/// run's folder (on one machine, or a shared disk), rank 0 alone writes it.
+///
+/// # Errors
+/// As [`resume`] and [`train_with`].
+pub fn resume_with<B: AutodiffBackend>(
+    run_dir: &Path,
+    max_steps: Option<usize>,
+    device: &B::Device,
+    backend: &str,
+    group: Option<&ProcessGroup>,
+) -> Result<Summary, TrainError> {
+    let writer = writes_run(group);
+    let resumed = ResumedRun::open(run_dir, max_steps, !writer)?;
+    check_group(&resumed.config, group)?;
     let prepared = prepare_data(&resumed.config, Some(resumed.tokenizer.clone()))?;
-    resumed.commit()?;
-    let from = resumed.checkpoint.clone();
-    run::<B>(
-        &resumed.config,
-        &resumed.dir,
-        prepared,
-        Some(from),
-        device,
-        backend,
-    )
+    if writer {
+        resumed.commit()?;
+    }
+    let dir = writer.then_some(&resumed.dir);
+    let from = Some(resumed.checkpoint.clone());
+    run::<B>(&resumed.config, dir, prepared, from, device, backend, group)
+}
+
+/// Whether this process writes the run: a single process, or rank 0.
+fn writes_run(group: Option<&ProcessGroup>) -> bool {
+    group.is_none_or(|group| group.rank == 0)
+}
+
+/// A data-parallel run needs its process group, and a single process none.
+fn check_group(config: &TrainConfig, group: Option<&ProcessGroup>) -> Result<(), TrainError> {
+    match group {
+        Some(group) => group.validate(config.world_size),
+        None if config.world_size > 1 => Err(TrainError::Config(format!(
+            "world_size = {} needs every process's rank and rank 0's coordinator \
+             (--rank R --coordinator HOST:PORT)",
+            config.world_size
+        ))),
+        None => Ok(()),
+    }
 }
 
 fn prepare_data(
@@ -141,88 +199,162 @@ fn prepare_data(
 }
 
 /// Trains from `resume_from` (or from scratch) to `config.max_steps`, or until a stop
-/// request, then writes the plot and the summary.
+/// request, then writes the plot and the summary (where `dir` is given: the writer).
 fn run<B: AutodiffBackend>(
     config: &TrainConfig,
-    dir: &RunDir,
+    dir: Option<&RunDir>,
     prepared: data::PreparedData,
     resume_from: Option<PathBuf>,
     device: &B::Device,
     backend: &str,
+    group: Option<&ProcessGroup>,
 ) -> Result<Summary, TrainError> {
     let data::PreparedData {
         tokenizer,
         train: sequences,
         held_out,
     } = prepared;
-    let baseline =
-        data::unigram_baseline(&sequences, &tokenizer.special_ids, tokenizer.vocab_size());
     let mut trainer = Trainer::<B>::new(config, &tokenizer, device)?;
     if let Some(from) = &resume_from {
         trainer = trainer.load_checkpoint(from)?;
     }
-    let first = trainer.state().step + 1;
-    let mut metrics = MetricsLog::open(&dir.0, first - 1)?;
-    let rank = Rank::SINGLE;
-    let global_batch = config.batch_size * rank.world_size;
-    let mut schedule = BatchSchedule::new(
-        &sequences,
-        global_batch,
-        config.grad_accumulation,
-        config.seed,
-    );
-    let progress = Progress::new(first - 1, config.max_steps);
-    // A signal during data preparation: stop before training anything.
-    if let Some(signal) = crate::stop::requested() {
-        return Err(TrainError::Stopped {
-            signal: signal.name(),
-            next_step: first,
-            exit_status: signal.exit_status(),
-        });
+    let done = trainer.state().step;
+    if let Some(group) = group {
+        let facts = [
+            ("the step to start from", done as f64),
+            ("the number of training sequences", sequences.len() as f64),
+            ("the vocabulary size", tokenizer.vocab_size() as f64),
+            (
+                "the number of parameters",
+                config.model.num_parameters() as f64,
+            ),
+            ("the seed", config.seed as f64),
+            ("max_steps", config.max_steps as f64),
+            ("the batch size", config.batch_size as f64),
+        ];
+        let sync = group.join::<B>(config.world_size, &facts, device)?;
+        trainer = trainer.with_ranks(group.rank(config.world_size), sync);
     }
-    let mut final_eval = None;
-    let mut stopped = false;
-    for step in first..=config.max_steps {
-        let out = trainer
-            .step(schedule.step(step))
-            .inspect_err(|_| progress.abandon())?;
-        metrics.push(out.row("train", out.loss, out.accuracy))?;
-        progress.step(step, out.loss, out.tokens_per_second);
-        // A stop request ends the run here, as if this were its last step, except that no
-        // metrics row is added: a resumed run then writes the same metrics.csv as an
-        // uninterrupted one.
-        let last = step == config.max_steps;
-        stopped = out.stop_requested && !last;
-        // The summary's evaluation is of the last step's weights.
-        final_eval = None;
-        if step.is_multiple_of(config.eval_every) || last {
-            progress.log(step, out.loss, out.tokens_per_second);
-            let eval = trainer.validate(&held_out, &tokenizer)?;
-            metrics.push(out.row("valid", eval.loss, eval.accuracy))?;
-            progress.println(&validation_line(step, &eval, baseline.0));
-            final_eval = Some(eval);
-        }
-        if step.is_multiple_of(config.checkpoint_every) || last || stopped {
-            trainer.checkpoint(&dir.0)?;
-        }
-        if stopped {
-            break;
-        }
-    }
-    if stopped {
-        progress.abandon();
-    } else {
-        progress.finish();
-    }
-    let final_eval = match final_eval {
-        Some(eval) => eval,
-        None => trainer.validate(&held_out, &tokenizer)?,
+    let mut session = Session {
+        metrics: dir.map(|dir| MetricsLog::open(&dir.0, done)).transpose()?,
+        schedule: BatchSchedule::new(
+            &sequences,
+            config.batch_size * config.world_size,
+            config.grad_accumulation,
+            config.seed,
+        ),
+        progress: Progress::new(done, config.max_steps),
+        baseline: data::unigram_baseline(
+            &sequences,
+            &tokenizer.special_ids,
+            tokenizer.vocab_size(),
+        ),
+        held_out: &held_out,
+        tokenizer: &tokenizer,
+        config,
+        dir,
+        trainer,
     };
-    plot_loss_curve(metrics.rows(), baseline.0, &dir.loss_curve())?;
-    let stopped_by = crate::stop::requested().filter(|_| stopped);
-    let summary = trainer.summary(&final_eval, baseline, backend, stopped_by.map(|s| s.name()));
-    write_json(&dir.summary(), &summary)?;
-    Ok(summary)
+    let (final_eval, stopped) = session.train()?;
+    session.finish(final_eval, stopped, backend)
+}
+
+/// A training session: the trainer, where its batches come from, and where its results go.
+struct Session<'a, B: AutodiffBackend> {
+    trainer: Trainer<B>,
+    schedule: BatchSchedule<'a>,
+    /// `None` on a rank that does not write the run.
+    metrics: Option<MetricsLog>,
+    progress: Progress,
+    /// The unigram entropy (nats) and the most-frequent-token accuracy.
+    baseline: (f64, f64),
+    held_out: &'a [Vec<u32>],
+    tokenizer: &'a WordPieceTokenizer,
+    config: &'a TrainConfig,
+    dir: Option<&'a RunDir>,
+}
+
+impl<B: AutodiffBackend> Session<'_, B> {
+    /// Steps until `max_steps` or a stop request; returns the last step's evaluation (if that
+    /// step was evaluated) and whether a stop request ended the run early.
+    fn train(&mut self) -> Result<(Option<EvalMetrics>, bool), TrainError> {
+        let first = self.trainer.state().step + 1;
+        // A signal during data preparation: stop before training anything.
+        if let Some(signal) = crate::stop::requested() {
+            return Err(TrainError::Stopped {
+                signal: signal.name(),
+                next_step: first,
+                exit_status: signal.exit_status(),
+            });
+        }
+        let (config, mut final_eval) = (self.config, None);
+        for step in first..=config.max_steps {
+            let out = self
+                .trainer
+                .step(self.schedule.step(step))
+                .inspect_err(|_| self.progress.abandon())?;
+            self.log(out.row("train", out.loss, out.accuracy))?;
+            self.progress.step(step, out.loss, out.tokens_per_second);
+            // A stop request ends the run here, as if this were its last step, except that no
+            // metrics row is added: a resumed run then writes the same metrics.csv as an
+            // uninterrupted one.
+            let last = step == config.max_steps;
+            let stopped = out.stop_requested && !last;
+            // The summary's evaluation is of the last step's weights.
+            final_eval = None;
+            if step.is_multiple_of(config.eval_every) || last {
+                self.progress.log(step, out.loss, out.tokens_per_second);
+                let eval = self.trainer.validate(self.held_out, self.tokenizer)?;
+                self.log(out.row("valid", eval.loss, eval.accuracy))?;
+                self.progress
+                    .println(&validation_line(step, &eval, self.baseline.0));
+                final_eval = Some(eval);
+            }
+            if let Some(dir) = self
+                .dir
+                .filter(|_| step.is_multiple_of(config.checkpoint_every) || last || stopped)
+            {
+                self.trainer.checkpoint(&dir.0)?;
+            }
+            if stopped {
+                self.progress.abandon();
+                return Ok((final_eval, true));
+            }
+        }
+        self.progress.finish();
+        Ok((final_eval, false))
+    }
+
+    fn log(&mut self, row: MetricsRow) -> Result<(), TrainError> {
+        match self.metrics.as_mut() {
+            Some(metrics) => metrics.push(row),
+            None => Ok(()),
+        }
+    }
+
+    /// The summary of the run (written with the plot by the writer), after a final
+    /// evaluation unless the last step had one.
+    fn finish(
+        self,
+        final_eval: Option<EvalMetrics>,
+        stopped: bool,
+        backend: &str,
+    ) -> Result<Summary, TrainError> {
+        let final_eval = match final_eval {
+            Some(eval) => eval,
+            None => self.trainer.validate(self.held_out, self.tokenizer)?,
+        };
+        let signal = crate::stop::requested().map_or("another rank's signal", |s| s.name());
+        let stopped_by = stopped.then_some(signal);
+        let summary = self
+            .trainer
+            .summary(&final_eval, self.baseline, backend, stopped_by);
+        if let (Some(dir), Some(metrics)) = (self.dir, &self.metrics) {
+            plot_loss_curve(metrics.rows(), self.baseline.0, &dir.loss_curve())?;
+            write_json(&dir.summary(), &summary)?;
+        }
+        Ok(summary)
+    }
 }
 
 /// The line that reports a validation.

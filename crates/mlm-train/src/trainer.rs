@@ -23,7 +23,7 @@ use crate::error::TrainError;
 use crate::eval::{EvalMetrics, evaluate};
 use crate::gradients::{clip_global_norm, shard_gradients};
 use crate::model::BertForMaskedLm;
-use crate::report::{MetricsRow, SegmentSummary, Summary};
+use crate::report::{MetricsRow, SegmentSummary, Summary, Traffic};
 
 /// Sums what every rank computed in one step: the gradients, and `[loss sum, correct
 /// predictions, stop requests]`. The identity for a single process; across processes,
@@ -40,6 +40,9 @@ pub trait GradientSync<B: AutodiffBackend> {
         grads: GradientsParams,
         totals: [f64; 3],
     ) -> Result<(GradientsParams, [f64; 3]), TrainError>;
+
+    /// What the sums cost so far.
+    fn traffic(&self) -> Traffic;
 }
 
 /// This process's place in a data-parallel run (torchrun's names).
@@ -179,6 +182,11 @@ impl<B: AutodiffBackend> Trainer<B> {
     /// The run's state after the last step.
     pub fn state(&self) -> &RunState {
         &self.state
+    }
+
+    /// What summing over the ranks cost per step; `None` for a single process.
+    pub fn traffic(&self) -> Option<Traffic> {
+        self.sync.as_ref().map(|sync| sync.traffic())
     }
 
     /// The model being trained.
@@ -338,6 +346,8 @@ impl<B: AutodiffBackend> Trainer<B> {
             max_steps: self.config.max_steps,
             stopped_by: stopped_by.map(Into::into),
             last_segment: self.segment.report(state),
+            world_size: self.rank.world_size,
+            all_reduce: self.traffic(),
             parameters: self.config.model.num_parameters(),
             backend: backend.into(),
             adapter: crate::backend::adapter_name(backend),
