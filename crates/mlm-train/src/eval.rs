@@ -59,7 +59,9 @@ pub fn evaluate<B: Backend>(
     // three kinds that partition the graded positions (a target is never [MASK]).
     let mut by_input = [(0.0, 0, 0); 3];
     let sequences = &sequences[..sequences.len().min(config.max_eval_sequences)];
-    for chunk in sequences.chunks(config.batch_size) {
+    // Batches of the global batch's size: the masks of batch k depend on its sequences, so
+    // every world size must cut the held-out split alike.
+    for chunk in sequences.chunks(config.batch_size * config.world_size) {
         let chunk: Vec<&[u32]> = chunk.iter().map(Vec::as_slice).collect();
         let batch = make_batch::<B>(&chunk, &mut masker, tokenizer.pad_id, device)?;
         let inputs = batch
