@@ -12,8 +12,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::ElementConversion;
 use burn::tensor::backend::AutodiffBackend;
 use mlm_core::{MaskedCrossEntropy, MaskingConfig};
-use rand::rngs::StdRng;
-use rand::{RngExt, SeedableRng};
+use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Adapter, BackendKind};
@@ -21,6 +20,7 @@ use crate::data::make_batch;
 use crate::error::{TrainError, io, write_json};
 use crate::gradients::forward_loss;
 use crate::model::BertConfig;
+use crate::seed::{Stream, stream_rng};
 
 /// What one backend comparison runs: a model, a batch of random tokens and a step count.
 #[derive(Config, Debug)]
@@ -93,7 +93,7 @@ pub fn bench_backend<B: AutodiffBackend>(
     // Ids 0..5 stand for the specials [PAD] [UNK] [CLS] [SEP] [MASK].
     let (mask_id, specials) = (4, vec![0, 1, 2, 3, 4]);
     let vocab = config.model.vocab_size as u32;
-    let mut rng = StdRng::seed_from_u64(config.seed);
+    let mut rng = stream_rng(config.seed, Stream::BenchData, 0);
     let sequences: Vec<Vec<u32>> = (0..config.batch_size)
         .map(|_| {
             (0..config.seq_len)

@@ -43,7 +43,7 @@ pub struct TrainConfig {
     pub parallel_shards: usize,
     /// Processes of a data-parallel run (torchrun's world size), each training `batch_size`
     /// sequences of every global batch of `world_size × batch_size`
-    /// ([`crate::collective`]). Part of the run's definition, like `parallel_shards`.
+    /// ([`crate::distributed`]). Part of the run's definition, like `parallel_shards`.
     #[config(default = 1)]
     pub world_size: usize,
     /// Peak learning rate.

@@ -65,7 +65,7 @@ pub enum TrainError {
         exit_status: u8,
     },
     /// A data-parallel run could not sum over its ranks: one is gone, the ranks disagree on
-    /// where they start, or the collective failed ([`crate::collective`]).
+    /// where they start, or the collective failed ([`crate::distributed`]).
     #[error("data-parallel run: {0}")]
     Collective(String),
     /// A training step would need more memory than the machine has.

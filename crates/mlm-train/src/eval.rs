@@ -10,6 +10,7 @@ use crate::data::{WordPieceTokenizer, make_batch};
 use crate::error::TrainError;
 use crate::gradients::masked_logits;
 use crate::model::BertForMaskedLm;
+use crate::seed::{Stream, derive_seed};
 
 /// Held-out metrics.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -53,7 +54,10 @@ pub fn evaluate<B: Backend>(
     config: &TrainConfig,
     device: &B::Device,
 ) -> Result<EvalMetrics, TrainError> {
-    let mut masker = tokenizer.masker(EVAL_MLM_PROBABILITY, config.seed.wrapping_add(0x5eed))?;
+    let mut masker = tokenizer.masker(
+        EVAL_MLM_PROBABILITY,
+        derive_seed(config.seed, Stream::HeldOutMasks, 0),
+    )?;
     let loss_fn = MaskedCrossEntropy::default();
     // Summed loss, count and correct predictions at [MASK], random and unchanged inputs:
     // three kinds that partition the graded positions (a target is never [MASK]).

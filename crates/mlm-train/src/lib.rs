@@ -16,9 +16,9 @@
 pub mod backend;
 pub mod bench;
 pub mod checkpoint;
-pub mod collective;
 pub mod config;
 pub mod data;
+pub mod distributed;
 pub mod error;
 pub mod eval;
 pub mod gradients;
@@ -29,6 +29,7 @@ pub mod predict;
 pub mod progress;
 pub mod report;
 pub mod run_dir;
+pub mod seed;
 pub mod stop;
 pub mod train;
 pub mod trainer;

@@ -9,9 +9,9 @@ use std::time::Duration;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use mlm_train::backend::BackendKind;
 use mlm_train::bench::{BackendBenchConfig, compare_backends, markdown_table, save_rows};
-use mlm_train::collective::ProcessGroup;
 use mlm_train::config::config_with_overrides;
 use mlm_train::data::fetch_corpus;
+use mlm_train::distributed::ProcessGroup;
 use mlm_train::hf::{export_run, import_run};
 use mlm_train::predict::TrainedRun;
 use mlm_train::report::Summary;
@@ -332,27 +332,7 @@ fn run(cli: Cli) -> Result<ExitCode, TrainError> {
             println!("corpus ready in {}", corpus.display());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Train(args) => {
-            mlm_train::stop::install_handlers()?;
-            let summary = with_backend!(args.backend, |B, device| {
-                let (group, backend) = (args.group(), args.backend.name());
-                match &args.resume {
-                    Some(dir) => {
-                        resume_with::<B>(dir, args.max_steps, &device, backend, group.as_ref())
-                    }
-                    None => {
-                        let config = args.config()?;
-                        if config.corpus == Path::new(DEFAULT_CORPUS) {
-                            fetch_corpus(&config.corpus)?;
-                        }
-                        train_with::<B>(config, &args.run, &device, backend, group.as_ref())
-                    }
-                }
-            })?;
-            let run = args.resume.as_ref().unwrap_or(&args.run);
-            print_result(&summary, run, args.rank);
-            Ok(stop_status(&summary, run))
-        }
+        Command::Train(args) => train_command(&args),
         Command::Bench(BenchCommand::Backends(args)) => {
             let kinds = if args.backends.is_empty() {
                 BackendKind::compiled()
@@ -433,6 +413,28 @@ fn run(cli: Cli) -> Result<ExitCode, TrainError> {
     }
 }
 
+/// `train`: a new run or a resume, alone or as one rank of a data-parallel run.
+fn train_command(args: &TrainArgs) -> Result<ExitCode, TrainError> {
+    mlm_train::stop::install_handlers()?;
+    let summary = with_backend!(args.backend, |B, device| {
+        let (group, backend) = (args.group(), args.backend.name());
+        match &args.resume {
+            Some(dir) => resume_with::<B>(dir, args.max_steps, &device, backend, group.as_ref()),
+            None => {
+                let config = args.config()?;
+                // Rank 0 alone fetches: ranks on one machine would share the staging folder.
+                if config.corpus == Path::new(DEFAULT_CORPUS) && args.rank == 0 {
+                    fetch_corpus(&config.corpus)?;
+                }
+                train_with::<B>(config, &args.run, &device, backend, group.as_ref())
+            }
+        }
+    })?;
+    let run = args.resume.as_ref().unwrap_or(&args.run);
+    print_result(&summary, run, args.rank);
+    Ok(stop_status(&summary, run, args.coordinator.is_some()))
+}
+
 /// What a finished (or stopped) run prints: the held-out result against its baselines.
 fn print_result(summary: &Summary, run: &Path, rank: usize) {
     let gain = summary.gain_over_unigram;
@@ -473,7 +475,7 @@ fn print_result(summary: &Summary, run: &Path, rank: usize) {
 
 /// Success, or 128 + the number of the signal that stopped the run early (after its
 /// checkpoint), with a line saying how to continue.
-fn stop_status(summary: &Summary, run: &Path) -> ExitCode {
+fn stop_status(summary: &Summary, run: &Path, ranked: bool) -> ExitCode {
     let Some(signal) = summary
         .stopped_by
         .as_ref()
@@ -481,9 +483,14 @@ fn stop_status(summary: &Summary, run: &Path) -> ExitCode {
     else {
         return ExitCode::SUCCESS;
     };
+    let ranks = if ranked {
+        " --rank R --coordinator HOST:PORT` on every rank"
+    } else {
+        "`"
+    };
     eprintln!(
         "stopped by {} at step {} of {}, checkpoint saved: continue with `mlm-train train \
-         --resume {}`",
+         --resume {}{ranks}",
         signal.name(),
         summary.steps,
         summary.max_steps,

@@ -16,7 +16,8 @@ use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Distribution, Int, Tensor, TensorData};
 use mlm_core::{MlmError, MlmHead, MlmHeadConfig, gelu};
-use rand::SeedableRng;
+
+use crate::seed::{Stream, stream_rng};
 use rand::rngs::StdRng;
 
 /// Sizes of a BERT, with Hugging Face's `BertConfig` names; saved as JSON in a run directory.
@@ -170,7 +171,7 @@ impl BertConfig {
             }
         }
         let model = self.init::<B>(device).map(&mut HostNormal {
-            rng: StdRng::seed_from_u64(seed),
+            rng: stream_rng(seed, Stream::Init, 0),
             std: self.initializer_range,
         });
         self.with_initial_values(model)

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::backend::AutodiffBackend;
 
-use crate::collective::ProcessGroup;
 use crate::data::{self, BatchSchedule, WordPieceTokenizer};
+use crate::distributed::ProcessGroup;
 use crate::error::{TrainError, write_json};
 use crate::eval::EvalMetrics;
 use crate::progress::Progress;

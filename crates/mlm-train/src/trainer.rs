@@ -24,10 +24,11 @@ use crate::eval::{EvalMetrics, evaluate};
 use crate::gradients::{clip_global_norm, shard_gradients};
 use crate::model::BertForMaskedLm;
 use crate::report::{MetricsRow, SegmentSummary, Summary, Traffic};
+use crate::seed::{Stream, derive_seed};
 
 /// Sums what every rank computed in one step: the gradients, and `[loss sum, correct
 /// predictions, stop requests]`. The identity for a single process; across processes,
-/// [`crate::collective`].
+/// [`crate::distributed`].
 pub trait GradientSync<B: AutodiffBackend> {
     /// The sums over all ranks of `grads` (this rank's, for the parameters of `model`) and
     /// of `totals`.
@@ -209,7 +210,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         // replays the same dropout masks as an uninterrupted one.
         B::seed(
             &self.device,
-            self.config.seed ^ (step as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            derive_seed(self.config.seed, Stream::Dropout, step as u64),
         );
         let (shards, n_masked, n_tokens) = self.my_shards(micro_batches)?;
         let shards = shards

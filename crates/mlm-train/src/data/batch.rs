@@ -4,13 +4,12 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use mlm_core::{MaskedBatch, Masker};
-use rand::SeedableRng;
-use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 
 use super::Document;
 use super::tokenizer::WordPieceTokenizer;
 use crate::error::TrainError;
+use crate::seed::{Stream, stream_rng};
 
 /// Packs each document's sentences, in order, into `[CLS] … [SEP]` sequences of at most
 /// `max_seq_len` tokens; sentences never straddle documents, and a sentence longer than a
@@ -63,12 +62,8 @@ pub fn pack(
 /// The order of the sequences in epoch `epoch`: a permutation seeded by `(seed, epoch)`,
 /// so a resumed run sees the same order as an uninterrupted one.
 pub fn epoch_order(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
-    let mut key = [0u8; 32];
-    key[..8].copy_from_slice(&seed.to_le_bytes());
-    key[8..16].copy_from_slice(&epoch.to_le_bytes());
-    key[16] = 0xda; // a different stream from the masker's
     let mut order: Vec<usize> = (0..n).collect();
-    order.shuffle(&mut StdRng::from_seed(key));
+    order.shuffle(&mut stream_rng(seed, Stream::EpochOrder, epoch));
     order
 }
 
