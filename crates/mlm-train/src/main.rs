@@ -15,6 +15,7 @@ use mlm_train::distributed::ProcessGroup;
 use mlm_train::hf::{export_run, import_run};
 use mlm_train::predict::TrainedRun;
 use mlm_train::report::Summary;
+use mlm_train::stop::StopSignal;
 use mlm_train::{BertConfig, TrainError, with_backend};
 use mlm_train::{TrainConfig, resume_with, train_with};
 
@@ -173,7 +174,9 @@ struct TrainArgs {
     #[arg(long, default_value = "runs/tiny-bert")]
     run: PathBuf,
     /// Continue the run in DIR from its newest checkpoint. Its saved configuration applies:
-    /// of the flags below only --max-steps and --backend may be given.
+    /// of the flags below only --max-steps and --backend may be given, and for a
+    /// data-parallel run --rank, --coordinator, --data-service-port and --collective-timeout
+    /// (its world size is the run's).
     #[arg(long, value_name = "DIR", conflicts_with = "run")]
     resume: Option<PathBuf>,
     /// Backend.
@@ -195,7 +198,8 @@ struct TrainArgs {
     /// Threads (shards) over which each rank splits its micro-batch.
     #[arg(long, conflicts_with = "resume")]
     parallel_shards: Option<usize>,
-    /// Processes of a data-parallel run (torchrun's WORLD_SIZE); start one per rank.
+    /// Processes of a data-parallel run (torchrun's WORLD_SIZE); start one per rank, each
+    /// with --rank and the same --coordinator.
     #[arg(long, conflicts_with = "resume", requires = "coordinator")]
     world_size: Option<usize>,
     /// This process's rank in 0..world size; rank 0 runs the coordinator and writes the run
@@ -206,7 +210,8 @@ struct TrainArgs {
     #[arg(long)]
     coordinator: Option<String>,
     /// Port of this rank's data service, which the other ranks download its gradients
-    /// from [default: coordinator port + 1 + rank].
+    /// from [default: coordinator port + 1 + rank; two jobs on one machine need coordinator
+    /// ports more than their world size apart].
     #[arg(long, requires = "coordinator")]
     data_service_port: Option<u16>,
     /// Seconds a rank waits for the others in one collective call before it exits with
@@ -461,7 +466,8 @@ fn print_result(summary: &Summary, run: &Path, rank: usize) {
     );
     if let Some(traffic) = &summary.all_reduce {
         println!(
-            "{} ranks: {:.2} MiB all-reduced per step in {:.1} ms on average",
+            "{} ranks: {:.2} MiB all-reduced per step and rank, {:.1} ms per all-reduce on \
+             average (waiting for the slowest rank included)",
             summary.world_size,
             traffic.bytes_per_step as f64 / (1 << 20) as f64,
             1e3 * traffic.seconds_per_step
@@ -476,10 +482,11 @@ fn print_result(summary: &Summary, run: &Path, rank: usize) {
 /// Success, or 128 + the number of the signal that stopped the run early (after its
 /// checkpoint), with a line saying how to continue.
 fn stop_status(summary: &Summary, run: &Path, ranked: bool) -> ExitCode {
+    // On every rank of a data-parallel run, whichever rank got the signal.
     let Some(signal) = summary
         .stopped_by
-        .as_ref()
-        .and(mlm_train::stop::requested())
+        .as_deref()
+        .and_then(StopSignal::from_name)
     else {
         return ExitCode::SUCCESS;
     };

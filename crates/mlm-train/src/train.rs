@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use burn::tensor::backend::AutodiffBackend;
+use sha2::{Digest, Sha256};
 
 use crate::data::{self, BatchSchedule, WordPieceTokenizer};
 use crate::distributed::ProcessGroup;
@@ -17,6 +18,7 @@ use crate::eval::EvalMetrics;
 use crate::progress::Progress;
 use crate::report::{MetricsLog, MetricsRow, Summary, plot_loss_curve};
 use crate::run_dir::{NewRun, ResumedRun, RunDir};
+use crate::stop::StopSignal;
 use crate::trainer::Trainer;
 
 use crate::config::TrainConfig;
@@ -144,6 +146,9 @@ fn writes_run(group: Option<&ProcessGroup>) -> bool {
 /// A data-parallel run needs its process group, and a single process none.
 fn check_group(config: &TrainConfig, group: Option<&ProcessGroup>) -> Result<(), TrainError> {
     match group {
+        Some(_) if config.world_size == 1 => Err(TrainError::Config(
+            "--coordinator is for a data-parallel run: give its --world-size N (N >= 2)".into(),
+        )),
         Some(group) => group.validate(config.world_size),
         None if config.world_size > 1 => Err(TrainError::Config(format!(
             "world_size = {} needs every process's rank and rank 0's coordinator \
@@ -220,18 +225,7 @@ fn run<B: AutodiffBackend>(
     }
     let done = trainer.state().step;
     if let Some(group) = group {
-        let facts = [
-            ("the step to start from", done as f64),
-            ("the number of training sequences", sequences.len() as f64),
-            ("the vocabulary size", tokenizer.vocab_size() as f64),
-            (
-                "the number of parameters",
-                config.model.num_parameters() as f64,
-            ),
-            ("the seed", config.seed as f64),
-            ("max_steps", config.max_steps as f64),
-            ("the batch size", config.batch_size as f64),
-        ];
+        let facts = start_facts(config, &tokenizer, sequences.len(), done)?;
         let sync = group.join::<B>(config.world_size, &facts, device)?;
         trainer = trainer.with_ranks(group.rank(config.world_size), sync);
     }
@@ -259,6 +253,38 @@ fn run<B: AutodiffBackend>(
     session.finish(final_eval, stopped, backend)
 }
 
+/// What every rank of a data-parallel run must share before its first step: the step, the
+/// number of training sequences, and hashes of the settings (`config.json` less the paths,
+/// which may differ between machines) and of the vocabulary. Each hash goes as four 16-bit
+/// pieces, exact as f32 (`CollectiveSum::check_agreement`).
+fn start_facts(
+    config: &TrainConfig,
+    tokenizer: &WordPieceTokenizer,
+    n_sequences: usize,
+    step: usize,
+) -> Result<Vec<(&'static str, f64)>, TrainError> {
+    let mut settings = config.clone();
+    (settings.corpus, settings.tokenizer) = (PathBuf::new(), None);
+    let settings = serde_json::to_string(&settings).expect("a TrainConfig is JSON");
+    let mut facts = vec![
+        ("the step to start from", step as f64),
+        ("the number of training sequences", n_sequences as f64),
+    ];
+    for (name, text) in [
+        ("the settings (a hash)", settings),
+        ("the vocabulary (a hash)", tokenizer.vocab()?.join("\n")),
+    ] {
+        let digest = Sha256::digest(text.as_bytes());
+        facts.extend(
+            digest
+                .chunks(2)
+                .take(4)
+                .map(|piece| (name, f64::from(u16::from_le_bytes([piece[0], piece[1]])))),
+        );
+    }
+    Ok(facts)
+}
+
 /// A training session: the trainer, where its batches come from, and where its results go.
 struct Session<'a, B: AutodiffBackend> {
     trainer: Trainer<B>,
@@ -276,8 +302,8 @@ struct Session<'a, B: AutodiffBackend> {
 
 impl<B: AutodiffBackend> Session<'_, B> {
     /// Steps until `max_steps` or a stop request; returns the last step's evaluation (if that
-    /// step was evaluated) and whether a stop request ended the run early.
-    fn train(&mut self) -> Result<(Option<EvalMetrics>, bool), TrainError> {
+    /// step was evaluated) and the signal (of any rank) that ended the run early.
+    fn train(&mut self) -> Result<(Option<EvalMetrics>, Option<StopSignal>), TrainError> {
         let first = self.trainer.state().step + 1;
         // A signal during data preparation: stop before training anything.
         if let Some(signal) = crate::stop::requested() {
@@ -299,7 +325,7 @@ impl<B: AutodiffBackend> Session<'_, B> {
             // metrics row is added: a resumed run then writes the same metrics.csv as an
             // uninterrupted one.
             let last = step == config.max_steps;
-            let stopped = out.stop_requested && !last;
+            let stopped = out.stop_requested.filter(|_| !last);
             // The summary's evaluation is of the last step's weights.
             final_eval = None;
             if step.is_multiple_of(config.eval_every) || last {
@@ -310,19 +336,18 @@ impl<B: AutodiffBackend> Session<'_, B> {
                     .println(&validation_line(step, &eval, self.baseline.0));
                 final_eval = Some(eval);
             }
-            if let Some(dir) = self
-                .dir
-                .filter(|_| step.is_multiple_of(config.checkpoint_every) || last || stopped)
-            {
+            if let Some(dir) = self.dir.filter(|_| {
+                step.is_multiple_of(config.checkpoint_every) || last || stopped.is_some()
+            }) {
                 self.trainer.checkpoint(&dir.0)?;
             }
-            if stopped {
+            if stopped.is_some() {
                 self.progress.abandon();
-                return Ok((final_eval, true));
+                return Ok((final_eval, stopped));
             }
         }
         self.progress.finish();
-        Ok((final_eval, false))
+        Ok((final_eval, None))
     }
 
     fn log(&mut self, row: MetricsRow) -> Result<(), TrainError> {
@@ -337,15 +362,14 @@ impl<B: AutodiffBackend> Session<'_, B> {
     fn finish(
         self,
         final_eval: Option<EvalMetrics>,
-        stopped: bool,
+        stopped: Option<StopSignal>,
         backend: &str,
     ) -> Result<Summary, TrainError> {
         let final_eval = match final_eval {
             Some(eval) => eval,
             None => self.trainer.validate(self.held_out, self.tokenizer)?,
         };
-        let signal = crate::stop::requested().map_or("another rank's signal", |s| s.name());
-        let stopped_by = stopped.then_some(signal);
+        let stopped_by = stopped.map(StopSignal::name);
         let summary = self
             .trainer
             .summary(&final_eval, self.baseline, backend, stopped_by);

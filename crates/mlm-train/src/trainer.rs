@@ -25,6 +25,7 @@ use crate::gradients::{clip_global_norm, shard_gradients};
 use crate::model::BertForMaskedLm;
 use crate::report::{MetricsRow, SegmentSummary, Summary, Traffic};
 use crate::seed::{Stream, derive_seed};
+use crate::stop::StopSignal;
 
 /// Sums what every rank computed in one step: the gradients, and `[loss sum, correct
 /// predictions, stop requests]`. The identity for a single process; across processes,
@@ -80,9 +81,9 @@ pub struct StepOutput {
     pub tokens_per_second: f64,
     /// Training wall time of the run so far, seconds.
     pub elapsed_seconds: f64,
-    /// Whether some rank was asked to stop (SIGINT / SIGTERM): every rank stops after this
-    /// step together.
-    pub stop_requested: bool,
+    /// The stop request of some rank (SIGINT / SIGTERM; SIGTERM if both): every rank stops
+    /// after this step together.
+    pub stop_requested: Option<StopSignal>,
 }
 
 impl StepOutput {
@@ -218,7 +219,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             .map(|shard| to_device(shard, self.pad_id, &self.device))
             .collect();
         let mut accumulator = GradientsAccumulator::<BertForMaskedLm<B>>::new();
-        let mut totals = [0.0, 0.0, f64::from(crate::stop::requested().is_some())];
+        let mut totals = [0.0, 0.0, StopSignal::code(crate::stop::requested())];
         let parallel = self.config.model.hidden_dropout_prob == 0.0
             && self.config.model.attention_probs_dropout_prob == 0.0;
         for shard in shard_gradients(&self.model, shards, &self.loss_fn, n_masked, parallel)? {
@@ -256,10 +257,10 @@ impl<B: AutodiffBackend> Trainer<B> {
             tokens_per_second: (self.state.tokens_seen - self.segment.tokens_before) as f64
                 / session,
             elapsed_seconds: self.state.elapsed_seconds,
-            // Across ranks only the summed flag is common ground; alone, a signal that came
-            // during the step stops after it.
-            stop_requested: totals[2] > 0.0
-                || (self.sync.is_none() && crate::stop::requested().is_some()),
+            // Across ranks only the summed request is common ground; alone, a signal that
+            // came during the step stops after it.
+            stop_requested: StopSignal::from_sum(totals[2])
+                .or_else(|| crate::stop::requested().filter(|_| self.sync.is_none())),
         })
     }
 

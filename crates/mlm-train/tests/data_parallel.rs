@@ -1,7 +1,9 @@
 //! Data parallelism across processes (`train --world-size 2`, on 127.0.0.1) against one
 //! process with the same global batch: the same per-step loss and the same final weights,
 //! also across a resume of both ranks; and a rank that never starts or dies gives the other
-//! a clear error within a bounded time, leaving a resumable run. Rows of README "Scale out".
+//! a clear error within a bounded time, leaving a resumable run; ranks that disagree on a
+//! setting refuse to start, and a signal to one rank stops them all after the same step.
+//! Rows of README "Scale out".
 
 mod common;
 
@@ -273,4 +275,75 @@ fn a_rank_that_dies_ends_the_other_with_a_resumable_run() {
     // The run resumes (as one rank of two again) from its last complete checkpoint.
     assert!(checkpoint::latest(&run).is_ok());
     assert_eq!(RunDir(run.clone()).load_config().unwrap().world_size, 2);
+}
+
+#[test]
+fn ranks_with_different_settings_refuse_to_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let port = free_ports();
+    let ranks = (0..2)
+        .map(|rank| {
+            let mut flags = rank_flags(rank, port, 60);
+            let seed = (1 << 24) + rank; // equal as f32: the check compares a hash
+            flags.extend(["--world-size", "2", "--seed", &seed.to_string()].map(String::from));
+            train(&config(8, 1), &run, &flags)
+        })
+        .collect();
+    for out in run_together(ranks) {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains("the ranks disagree on the settings"),
+            "{stderr}"
+        );
+    }
+    assert!(!run.exists(), "a run that never trained leaves no folder");
+}
+
+#[test]
+fn a_signal_to_one_rank_stops_every_rank_after_the_same_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let port = free_ports();
+    let long = config(8, 1)
+        .with_max_steps(100_000)
+        .with_eval_every(100_000);
+    let spawn = |rank| {
+        let mut flags = rank_flags(rank, port, 60);
+        flags.extend(["--world-size".into(), "2".into()]);
+        let mut command = train(&long, &run, &flags);
+        command.stdout(Stdio::null()).stderr(Stdio::piped());
+        command.spawn().unwrap()
+    };
+    let (rank0, rank1) = (spawn(0), spawn(1));
+    let started = Instant::now();
+    while checkpoint::latest(&run).is_err() {
+        assert!(started.elapsed() < LIMIT, "no checkpoint");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = Command::new("kill")
+        .args(["-INT", &rank1.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + LIMIT;
+    for (rank, out) in [wait_until(rank0, deadline), wait_until(rank1, deadline)]
+        .into_iter()
+        .enumerate()
+    {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "rank {rank}: {stderr}");
+        assert!(
+            stderr.contains("stopped by SIGINT at step"),
+            "rank {rank}: {stderr}"
+        );
+    }
+    let s = summary(&run);
+    assert_eq!(s.stopped_by.as_deref(), Some("SIGINT"));
+    let latest = checkpoint::latest(&run).unwrap();
+    assert!(
+        latest.ends_with(format!("step-{:08}", s.steps)),
+        "{latest:?}"
+    );
 }

@@ -40,6 +40,7 @@ impl ProcessGroup {
     ) -> Result<Box<dyn GradientSync<B>>, TrainError> {
         self.validate(world_size)?;
         quiet_logging();
+        quiet_transport_panics(self.rank);
         let port = self.coordinator_port().expect("validated");
         if self.rank == 0 {
             start_coordinator(port)?;
@@ -63,7 +64,10 @@ impl ProcessGroup {
         let watchdog = Watchdog::start(self.timeout, self.rank);
         watchdog
             .guard(
-                format!("joining the coordinator at {}", self.coordinator),
+                format!(
+                    "joining the coordinator at {} (is its address reachable from every rank?)",
+                    self.coordinator
+                ),
                 || collective::register::<B::InnerBackend>(peer, inner.clone(), config),
             )
             .map_err(|e| collective_error("registering", e))?;
@@ -148,8 +152,9 @@ impl<B: AutodiffBackend> CollectiveSum<B> {
         Ok(Tensor::from_primitive(TensorPrimitive::Float(summed)))
     }
 
-    /// Checks that every rank starts from the same point: the same step, data and model
-    /// (`facts`, each summed over the ranks and compared with `world_size ×` its value).
+    /// Checks that every rank starts from the same point: the same step, data and settings
+    /// (`facts`: small whole numbers, exact in f32, each summed over the ranks and compared
+    /// with `world_size ×` its value; a hash comes as several 16-bit pieces).
     ///
     /// # Errors
     /// [`TrainError::Collective`] naming the first fact on which the ranks disagree.
@@ -166,8 +171,8 @@ impl<B: AutodiffBackend> CollectiveSum<B> {
         for ((name, _), (mine, sum)) in facts.iter().zip(values.iter().zip(summed)) {
             if sum != mine * world_size as f32 {
                 return Err(TrainError::Collective(format!(
-                    "the ranks disagree on {name}: this rank has {mine}, their mean is {} (same \
-                     corpus, settings and checkpoint on every rank?)",
+                    "the ranks disagree on {name} (this rank: {mine}, the mean over the ranks: \
+                     {}): start every rank with the same corpus, settings and checkpoint",
                     sum / world_size as f32
                 )));
             }
@@ -290,8 +295,8 @@ impl Watchdog {
                     let what = WHAT.lock().map(|w| w.clone()).unwrap_or_default();
                     eprintln!(
                         "error: rank {rank}: no answer from the other ranks for {} s while {what}: \
-                         a rank died, hangs or never started. The run can be resumed from its \
-                         last checkpoint with `--resume` on every rank.",
+                         a rank died, hangs or never started. Start every rank again, with \
+                         `--resume DIR` once the run has a checkpoint.",
                         timeout.as_secs()
                     );
                     std::process::exit(i32::from(TIMED_OUT));
@@ -315,6 +320,28 @@ impl Watchdog {
         self.started.store(0, Ordering::Release);
         result
     }
+}
+
+/// Panics on the collective's transport threads (tokio workers: a peer's socket closing, at
+/// a rank's death or at the end of a run) as one line instead of a backtrace; the call that
+/// waits on them reports the failure itself. Other panics keep the default report.
+fn quiet_transport_panics(rank: usize) {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let transport = std::thread::current()
+            .name()
+            .is_some_and(|name| name.starts_with("tokio-"));
+        if !transport {
+            return default(info);
+        }
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("(no message)");
+        eprintln!("rank {rank}: the collective's transport stopped: {message}");
+    }));
 }
 
 /// Runs the coordinator (burn-collective's global orchestrator) on its own thread. It
@@ -342,8 +369,14 @@ fn quiet_logging() {
 }
 
 fn collective_error(what: &str, e: collective::CollectiveError) -> TrainError {
+    let why = match e {
+        collective::CollectiveError::LocalServerMissing => {
+            "another rank is gone (it died, or closed its connection)".to_string()
+        }
+        other => format!("{other:?}"),
+    };
     TrainError::Collective(format!(
-        "{what} failed: {e:?} (a rank is gone; resume the run from its last checkpoint with \
-         `--resume` on every rank)"
+        "{what} failed: {why}. Start every rank again, with `--resume DIR` once the run has a \
+         checkpoint"
     ))
 }
