@@ -13,8 +13,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use burn::backend::NdArray;
-use common::{parameters, path_arg, train_losses};
-use mlm_train::report::{Summary, read_metrics};
+use common::{parameters, path_arg, summary, train_command as train, train_losses};
+use mlm_train::report::read_metrics;
 use mlm_train::{RunDir, TrainConfig, checkpoint};
 
 /// The `mlm-train` binary of this build.
@@ -49,19 +49,6 @@ fn free_ports() -> u16 {
             return port;
         }
     }
-}
-
-/// `mlm-train train --config FILE --run RUN [extra]` (FILE written next to RUN).
-fn train(config: &TrainConfig, run: &Path, extra: &[String]) -> Command {
-    let file = run.with_extension("config.json");
-    std::fs::write(&file, serde_json::to_string(config).unwrap()).unwrap();
-    let mut command = Command::new(BIN);
-    command
-        .args(["train", "--config", path_arg(&file), "--corpus"])
-        .arg(&config.corpus)
-        .args(["--run", path_arg(run)])
-        .args(extra);
-    command
 }
 
 /// `mlm-train train --resume RUN [extra]`.
@@ -113,6 +100,28 @@ fn wait_until(mut child: Child, deadline: Instant) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// Two ranks of a run too long to end by itself, once rank 0 has written a checkpoint
+/// (so both are training).
+fn two_ranks_training(run: &Path) -> [Child; 2] {
+    let port = free_ports();
+    let long = config(8, 1)
+        .with_max_steps(100_000)
+        .with_eval_every(100_000);
+    let ranks = [0, 1].map(|rank| {
+        let mut flags = rank_flags(rank, port, 20);
+        flags.extend(["--world-size".into(), "2".into()]);
+        let mut command = train(&long, run, &flags);
+        command.stdout(Stdio::null()).stderr(Stdio::piped());
+        command.spawn().unwrap()
+    });
+    let started = Instant::now();
+    while checkpoint::latest(run).is_err() {
+        assert!(started.elapsed() < LIMIT, "no checkpoint");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ranks
+}
+
 fn assert_success(outputs: &[Output]) {
     for (rank, out) in outputs.iter().enumerate() {
         assert!(
@@ -157,15 +166,15 @@ fn assert_same_training(a: &Path, b: &Path, steps: usize) {
     assert!(worst <= 1e-5, "weights differ by up to {worst}");
 }
 
-fn summary(run: &Path) -> Summary {
-    serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap()
-}
-
 #[test]
 fn two_ranks_train_what_one_process_trains_with_their_global_batch() {
     let tmp = tempfile::tempdir().unwrap();
     let (one, two) = (tmp.path().join("one"), tmp.path().join("two"));
-    assert_success(&run_together(vec![train(&config(16, 2), &one, &[])]));
+    assert_success(&run_together(vec![train(
+        &config(16, 2),
+        &one,
+        &[] as &[&str],
+    )]));
     let port = free_ports();
     let two_ranks = (0..2)
         .map(|rank| {
@@ -246,24 +255,7 @@ fn a_rank_that_never_starts_ends_the_other_within_the_timeout() {
 fn a_rank_that_dies_ends_the_other_with_a_resumable_run() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
-    let port = free_ports();
-    let long = config(8, 1)
-        .with_max_steps(100_000)
-        .with_eval_every(100_000);
-    let spawn = |rank| {
-        let mut flags = rank_flags(rank, port, 20);
-        flags.extend(["--world-size".into(), "2".into()]);
-        let mut command = train(&long, &run, &flags);
-        command.stdout(Stdio::null()).stderr(Stdio::piped());
-        command.spawn().unwrap()
-    };
-    let (rank0, mut rank1) = (spawn(0), spawn(1));
-    // Both train once rank 0 has written its first checkpoints.
-    let started = Instant::now();
-    while checkpoint::latest(&run).is_err() {
-        assert!(started.elapsed() < LIMIT, "no checkpoint");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let [rank0, mut rank1] = two_ranks_training(&run);
     rank1.kill().unwrap();
     rank1.wait().unwrap();
     let killed = Instant::now();
@@ -305,23 +297,7 @@ fn ranks_with_different_settings_refuse_to_start() {
 fn a_signal_to_one_rank_stops_every_rank_after_the_same_step() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
-    let port = free_ports();
-    let long = config(8, 1)
-        .with_max_steps(100_000)
-        .with_eval_every(100_000);
-    let spawn = |rank| {
-        let mut flags = rank_flags(rank, port, 60);
-        flags.extend(["--world-size".into(), "2".into()]);
-        let mut command = train(&long, &run, &flags);
-        command.stdout(Stdio::null()).stderr(Stdio::piped());
-        command.spawn().unwrap()
-    };
-    let (rank0, rank1) = (spawn(0), spawn(1));
-    let started = Instant::now();
-    while checkpoint::latest(&run).is_err() {
-        assert!(started.elapsed() < LIMIT, "no checkpoint");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let [rank0, rank1] = two_ranks_training(&run);
     let status = Command::new("kill")
         .args(["-INT", &rank1.id().to_string()])
         .status()

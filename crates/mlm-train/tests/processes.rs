@@ -12,7 +12,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use burn::backend::NdArray;
-use common::{parameters, path_arg, steps};
+use common::{parameters, path_arg, steps, summary, train_command};
 use mlm_train::checkpoint;
 use mlm_train::report::{MetricsRow, Summary, read_metrics};
 use mlm_train::{RunDir, TrainConfig};
@@ -28,19 +28,6 @@ fn micro_config(max_steps: usize) -> TrainConfig {
         .with_checkpoint_every(max_steps)
 }
 
-/// `mlm-train train --config FILE --run RUN [extra]`, with `config` written to FILE.
-fn train_command(config: &TrainConfig, run: &Path, extra: &[&str]) -> Command {
-    let file = run.with_extension("config.json");
-    std::fs::write(&file, serde_json::to_string(config).unwrap()).unwrap();
-    let mut command = Command::new(BIN);
-    command
-        .args(["train", "--config", path_arg(&file), "--corpus"])
-        .arg(&config.corpus)
-        .args(["--run", path_arg(run)])
-        .args(extra);
-    command
-}
-
 fn run_to_end(mut command: Command) -> Output {
     let out = command.output().unwrap();
     assert!(
@@ -49,10 +36,6 @@ fn run_to_end(mut command: Command) -> Output {
         String::from_utf8_lossy(&out.stderr)
     );
     out
-}
-
-fn summary(run: &Path) -> Summary {
-    serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap()
 }
 
 /// The summary's numbers, less the timings.
@@ -145,7 +128,7 @@ fn the_same_command_twice_gives_a_byte_identical_tokenizer_and_the_same_numbers(
 /// Starts a long run of the micro config, waits until it has trained past `after_step`
 /// (from its metrics.csv), and returns it.
 fn running(config: &TrainConfig, run: &Path, after_step: usize) -> Child {
-    let mut child = train_command(config, run, &[])
+    let mut child = train_command(config, run, &[] as &[&str])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -173,7 +156,7 @@ fn ctrl_c_and_sigterm_stop_with_a_checkpoint_and_the_resume_is_bit_identical() {
     let tmp = tempfile::tempdir().unwrap();
     let config = micro_config(600).with_warmup_steps(10);
     let whole = tmp.path().join("whole");
-    run_to_end(train_command(&config, &whole, &[]));
+    run_to_end(train_command(&config, &whole, &[] as &[&str]));
 
     for (name, status) in [("INT", 130), ("TERM", 143)] {
         let run = tmp.path().join(name);
@@ -272,7 +255,7 @@ fn a_second_writer_of_a_run_is_refused_naming_the_first_and_touches_nothing() {
     }
     // A new run and a resume of a folder whose first run has just started.
     let fresh = tmp.path().join("fresh");
-    let mut preparing = train_command(&micro_config(100_000), &fresh, &[])
+    let mut preparing = train_command(&micro_config(100_000), &fresh, &[] as &[&str])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -285,7 +268,7 @@ fn a_second_writer_of_a_run_is_refused_naming_the_first_and_touches_nothing() {
         std::thread::sleep(Duration::from_millis(1));
     }
     for mut second in [
-        train_command(&micro_config(10), &fresh, &[]),
+        train_command(&micro_config(10), &fresh, &[] as &[&str]),
         resume_command(&fresh, &[]),
     ] {
         let out = second.output().unwrap();
@@ -432,7 +415,7 @@ fn a_run_killed_before_its_first_checkpoint_or_stopped_while_preparing_starts_an
         "{stderr}"
     );
     // The same command starts it anew instead of "already holds a run".
-    run_to_end(train_command(&micro_config(10), &run, &[]));
+    run_to_end(train_command(&micro_config(10), &run, &[] as &[&str]));
     assert_eq!(summary(&run).steps, 10);
 
     // SIGINT while the data are prepared (a corpus 30 times the fixture's): exit 130,
@@ -449,7 +432,7 @@ fn a_run_killed_before_its_first_checkpoint_or_stopped_while_preparing_starts_an
     let run = tmp.path().join("preparing");
     let mut config = micro_config(10);
     config.corpus = corpus;
-    let child = train_command(&config, &run, &[])
+    let child = train_command(&config, &run, &[] as &[&str])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

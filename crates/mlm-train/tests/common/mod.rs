@@ -3,13 +3,15 @@
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use burn::backend::NdArray;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Tensor;
 use mlm_train::TrainConfig;
-use mlm_train::report::MetricsRow;
+use mlm_train::report::{MetricsRow, Summary};
 use mlm_train::{BertConfig, BertForMaskedLm};
 
 /// Moby Dick chapters 1–8.
@@ -104,4 +106,23 @@ pub fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(&path, &target).unwrap();
         }
     }
+}
+
+/// `mlm-train train --config FILE --corpus CORPUS --run RUN [extra]` of this build's binary,
+/// with `config` written to FILE next to RUN.
+pub fn train_command<S: AsRef<OsStr>>(config: &TrainConfig, run: &Path, extra: &[S]) -> Command {
+    let file = run.with_extension("config.json");
+    std::fs::write(&file, serde_json::to_string(config).unwrap()).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mlm-train"));
+    command
+        .args(["train", "--config", path_arg(&file), "--corpus"])
+        .arg(&config.corpus)
+        .args(["--run", path_arg(run)])
+        .args(extra);
+    command
+}
+
+/// The run's `summary.json`.
+pub fn summary(run: &Path) -> Summary {
+    serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap()
 }
