@@ -12,7 +12,7 @@ use mlm_train::bench::{BackendBenchConfig, compare_backends, markdown_table};
 
 fn main() -> Result<(), TrainError> {
     let config = BackendBenchConfig::new().with_timed_steps(5);
-    let rows = compare_backends(&config, &BackendKind::compiled())?;
+    let rows = compare_backends(&config, &BackendKind::available())?;
     println!("{}", markdown_table(&config, &rows));
     Ok(())
 }

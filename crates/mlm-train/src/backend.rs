@@ -16,6 +16,10 @@ pub enum BackendKind {
     /// burn-wgpu on the default GPU adapter (cargo feature `wgpu`); on a machine without
     /// a GPU that is Mesa's lavapipe, a CPU implementation of Vulkan.
     Wgpu,
+    /// burn-cuda on the first NVIDIA GPU (cargo feature `cuda`): CubeCL's CUDA runtime. The
+    /// feature builds without a GPU or the CUDA toolkit; without a device, `--backend cuda`
+    /// is an error at run time.
+    Cuda,
 }
 
 impl BackendKind {
@@ -25,6 +29,7 @@ impl BackendKind {
             Self::Ndarray => "ndarray",
             Self::Flex => "flex",
             Self::Wgpu => "wgpu",
+            Self::Cuda => "cuda",
         }
     }
 
@@ -37,9 +42,31 @@ impl BackendKind {
                 Self::Ndarray => cfg!(feature = "ndarray"),
                 Self::Flex => cfg!(feature = "flex"),
                 Self::Wgpu => cfg!(feature = "wgpu"),
+                Self::Cuda => cfg!(feature = "cuda"),
             })
             .collect()
     }
+}
+
+impl BackendKind {
+    /// The compiled backends that can run here: cuda only where a CUDA device is present
+    /// (the others always can; wgpu falls back to a CPU adapter).
+    pub fn available() -> Vec<Self> {
+        Self::compiled()
+            .into_iter()
+            .filter(|kind| *kind != Self::Cuda || cuda_present())
+            .collect()
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_present() -> bool {
+    cuda::cuda_device().is_ok()
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_present() -> bool {
+    false
 }
 
 /// The device a backend runs on: what tables and summaries print, so that a CPU figure is
@@ -75,6 +102,10 @@ pub fn adapter(kind: BackendKind) -> Adapter {
             name: "default wgpu adapter".into(),
             device_type: "unknown".into(),
         }),
+        BackendKind::Cuda => cuda::ADAPTER.get().cloned().unwrap_or_else(|| Adapter {
+            name: "first CUDA device".into(),
+            device_type: "unknown".into(),
+        }),
     }
 }
 
@@ -84,11 +115,13 @@ pub fn adapter_name(backend: &str) -> String {
     adapter(kind).to_string()
 }
 
-/// Bytes the backend's device allocator holds (wgpu only: the CPU backends use the host heap).
+/// Bytes the backend's device allocator holds (GPU backends only: the CPU backends use the
+/// host heap).
 pub fn device_reserved_bytes(kind: BackendKind) -> Option<u64> {
     match kind {
         BackendKind::Ndarray | BackendKind::Flex => None,
         BackendKind::Wgpu => wgpu::reserved_bytes(),
+        BackendKind::Cuda => cuda::reserved_bytes(),
     }
 }
 
@@ -141,8 +174,71 @@ mod wgpu {
     }
 }
 
+#[cfg(feature = "cuda")]
+mod cuda {
+    use std::sync::OnceLock;
+
+    use burn::backend::cuda::CudaDevice;
+    use burn::cubecl::Runtime;
+    use burn::cubecl::cuda::CudaRuntime;
+    use cudarc::driver::result;
+
+    use super::Adapter;
+    use crate::error::TrainError;
+
+    /// The adapter of the first device, recorded when [`cuda_device`] first finds it.
+    pub(super) static ADAPTER: OnceLock<Adapter> = OnceLock::new();
+
+    /// The first CUDA device, once the driver confirms that it exists (and its name is
+    /// recorded). burn-cuda would panic at the first operation instead.
+    ///
+    /// # Errors
+    /// [`TrainError::Config`] if this machine has no CUDA driver (`libcuda.so`) or no device.
+    pub fn cuda_device() -> Result<CudaDevice, TrainError> {
+        let none = |why: String| TrainError::Config(format!("--backend cuda: {why}"));
+        // SAFETY: only loads the driver library, if present, and looks it up.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(none("no CUDA driver (libcuda.so) on this machine".into()));
+        }
+        let first = result::init()
+            .and_then(|()| result::device::get_count())
+            .map_err(|e| none(format!("the CUDA driver reports {e:?}")))?;
+        if first < 1 {
+            return Err(none("the CUDA driver sees no device".into()));
+        }
+        let name = result::device::get(0)
+            .and_then(result::device::get_name)
+            .unwrap_or_else(|_| "CUDA device 0".into());
+        ADAPTER.get_or_init(|| Adapter {
+            name,
+            device_type: "Gpu (CUDA)".into(),
+        });
+        Ok(CudaDevice::default())
+    }
+
+    pub(super) fn reserved_bytes() -> Option<u64> {
+        ADAPTER.get()?;
+        let usage = CudaRuntime::client(&CudaDevice::default())
+            .memory_usage()
+            .ok()?;
+        Some(usage.bytes_reserved)
+    }
+}
+
+#[cfg(feature = "cuda")]
+pub use cuda::cuda_device;
+
+#[cfg(not(feature = "cuda"))]
+mod cuda {
+    pub(super) static ADAPTER: std::sync::OnceLock<super::Adapter> = std::sync::OnceLock::new();
+    pub(super) fn reserved_bytes() -> Option<u64> {
+        None
+    }
+}
+
 /// Runs `$body` with `$B` bound to the autodiff backend of `$kind` and `$device` to its
-/// default device; a backend not compiled in is an error.
+/// default device; a backend not compiled in, or a CUDA backend without a device, is an
+/// error.
 #[macro_export]
 macro_rules! with_backend {
     ($kind:expr, |$B:ident, $device:ident| $body:expr) => {
@@ -164,6 +260,14 @@ macro_rules! with_backend {
                 type $B = burn::backend::Autodiff<burn::backend::Wgpu>;
                 let $device = $crate::backend::wgpu_device();
                 $body
+            }
+            #[cfg(feature = "cuda")]
+            $crate::backend::BackendKind::Cuda => {
+                type $B = burn::backend::Autodiff<burn::backend::Cuda>;
+                match $crate::backend::cuda_device() {
+                    Ok($device) => $body,
+                    Err(e) => Err(e),
+                }
             }
             #[allow(unreachable_patterns)]
             other => Err($crate::TrainError::Config(format!(

@@ -51,7 +51,7 @@ pub struct BackendBenchConfig {
 /// One backend's row of the comparison.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BackendBench {
-    /// `ndarray`, `flex` or `wgpu`.
+    /// `ndarray`, `flex`, `wgpu` or `cuda`.
     pub backend: String,
     /// The device it ran on: on a machine without a GPU, wgpu's is lavapipe, a CPU.
     pub adapter: Adapter,
@@ -59,14 +59,29 @@ pub struct BackendBench {
     pub median_step_ms: f64,
     /// Tokens per second at the median step time.
     pub tokens_per_second: f64,
+    /// Mean time of one step when `timed_steps` steps run back to back with no read of the
+    /// loss and one device sync at the end, milliseconds. Against `median_step_ms` (a sync
+    /// and a loss read every step) it shows what the stalls cost: on a GPU, the share of a
+    /// step the device sits idle waiting for the host ([`idle_share`](Self::idle_share)).
+    #[serde(default)]
+    pub unsynced_step_ms: f64,
     /// Peak resident host memory during the steps, MiB (Linux's `VmHWM`; `None` elsewhere).
     pub peak_host_mib: Option<f64>,
-    /// Device memory reserved by the backend's allocator after the steps, MiB (wgpu only).
+    /// Device memory reserved by the backend's allocator after the steps, MiB (GPU backends only).
     pub device_reserved_mib: Option<f64>,
     /// The batch's loss, nats.
     pub loss: f64,
     /// `loss − ndarray's loss` (`None` when ndarray did not run).
     pub loss_diff_vs_ndarray: Option<f64>,
+}
+
+impl BackendBench {
+    /// `1 − unsynced / synced` step time: the share of a synchronised step lost to waiting
+    /// for the device (0 on the CPU backends, up to noise; the host reads inside the step
+    /// itself are in both timings).
+    pub fn idle_share(&self) -> f64 {
+        (1.0 - self.unsynced_step_ms / self.median_step_ms).max(0.0)
+    }
 }
 
 /// Times forward + backward of `config`'s batch on backend `B`.
@@ -110,34 +125,49 @@ pub fn bench_backend<B: AutodiffBackend>(
     let model = config.model.init_seeded::<B>(config.seed, device);
     let loss_fn = MaskedCrossEntropy::default();
 
-    let step = || -> Result<f64, TrainError> {
-        let out = forward_loss(&model, batch.clone(), &loss_fn)?;
-        let loss = f64::from(out.loss.clone().into_scalar().elem::<f32>());
-        let grads = GradientsParams::from_grads(out.loss.backward(), &model);
-        drop(grads);
+    let sync = || {
         B::sync(device).map_err(|e| TrainError::Backend {
             backend: kind.name().into(),
             reason: format!("{e:?}"),
-        })?;
+        })
+    };
+    // One step, its loss read back and the device synchronised when `wait`.
+    let step = |wait: bool| -> Result<f64, TrainError> {
+        let out = forward_loss(&model, batch.clone(), &loss_fn)?;
+        let loss = match wait {
+            true => f64::from(out.loss.clone().into_scalar().elem::<f32>()),
+            false => f64::NAN,
+        };
+        drop(GradientsParams::from_grads(out.loss.backward(), &model));
+        if wait {
+            sync()?;
+        }
         Ok(loss)
     };
     reset_peak_host_memory();
     let mut loss = f64::NAN;
     for _ in 0..config.warmup_steps {
-        loss = step()?;
+        loss = step(true)?;
     }
     let mut times = Vec::with_capacity(config.timed_steps);
     for _ in 0..config.timed_steps {
         let started = Instant::now();
-        loss = step()?;
+        loss = step(true)?;
         times.push(started.elapsed().as_secs_f64());
     }
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
+    let started = Instant::now();
+    for _ in 0..config.timed_steps {
+        step(false)?;
+    }
+    sync()?;
+    let unsynced = started.elapsed().as_secs_f64() / config.timed_steps as f64;
     Ok(BackendBench {
         backend: kind.name().into(),
         adapter: crate::backend::adapter(kind),
         median_step_ms: 1e3 * median,
+        unsynced_step_ms: 1e3 * unsynced,
         tokens_per_second: (config.batch_size * config.seq_len) as f64 / median,
         peak_host_mib: peak_host_memory_mib(),
         device_reserved_mib: crate::backend::device_reserved_bytes(kind)
@@ -174,10 +204,11 @@ pub fn markdown_table(config: &BackendBenchConfig, rows: &[BackendBench]) -> Str
     let m = &config.model;
     let mut out = format!(
         "BERT d_model {} × {} layers, vocab {}, batch {} × {} tokens, {:.0} % masked; \
-         median of {} forward+backward steps after {} warm-up steps\n\n\
-         | backend | adapter (type) | median step (ms) | tokens/s | peak host RSS (MiB) | \
-         device reserved (MiB) | loss | Δ loss vs ndarray |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|\n",
+         median of {} forward+backward steps after {} warm-up steps (unsynced: as many steps back \
+         to back, no loss read, one sync at the end)\n\n\
+         | backend | adapter (type) | median step (ms) | tokens/s | unsynced step (ms) | idle \
+         share | peak host RSS (MiB) | device reserved (MiB) | loss | Δ loss vs ndarray |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         m.hidden_size,
         m.num_hidden_layers,
         m.vocab_size,
@@ -192,12 +223,14 @@ pub fn markdown_table(config: &BackendBenchConfig, rows: &[BackendBench]) -> Str
     };
     for r in rows {
         out += &format!(
-            "| {} | {} ({}) | {:.1} | {:.0} | {} | {} | {:.6} | {} |\n",
+            "| {} | {} ({}) | {:.1} | {:.0} | {:.1} | {:.0} % | {} | {} | {:.6} | {} |\n",
             r.backend,
             r.adapter.name,
             r.adapter.device_type,
             r.median_step_ms,
             r.tokens_per_second,
+            r.unsynced_step_ms,
+            100.0 * r.idle_share(),
             optional(r.peak_host_mib, 0),
             optional(r.device_reserved_mib, 0),
             r.loss,

@@ -1,7 +1,7 @@
 //! # mlm-train
 //!
 //! Pretrains a tiny BERT on real English text with `mlm-core`'s head, loss and masking,
-//! on the CPU (`flex`, `ndarray`) or a GPU (`wgpu`):
+//! on the CPU (`flex`, `ndarray`) or a GPU (`wgpu`, `cuda`):
 //!
 //! ```text
 //! corpus ──clean──▶ sentences ──WordPiece──▶ ids ──pack──▶ [CLS] … [SEP] sequences

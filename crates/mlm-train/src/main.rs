@@ -109,7 +109,8 @@ enum BenchCommand {
 
 #[derive(Args)]
 struct BackendsArgs {
-    /// Backends to compare, comma-separated (default: every one compiled in).
+    /// Backends to compare, comma-separated (default: every one compiled in that can run
+    /// here; cuda needs a CUDA device).
     #[arg(long, value_enum, value_delimiter = ',')]
     backends: Vec<BackendKind>,
     /// Sequences per batch.
@@ -340,7 +341,7 @@ fn run(cli: Cli) -> Result<ExitCode, TrainError> {
         Command::Train(args) => train_command(&args),
         Command::Bench(BenchCommand::Backends(args)) => {
             let kinds = if args.backends.is_empty() {
-                BackendKind::compiled()
+                BackendKind::available()
             } else {
                 args.backends.clone()
             };

@@ -265,7 +265,7 @@ pub struct Summary {
     pub all_reduce: Option<Traffic>,
     /// Trainable parameters.
     pub parameters: usize,
-    /// Backend name (`flex`, `ndarray`, `wgpu`).
+    /// Backend name (`flex`, `ndarray`, `wgpu`, `cuda`).
     pub backend: String,
     /// The device the backend ran on, in words.
     pub adapter: String,

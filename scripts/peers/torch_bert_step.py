@@ -1,0 +1,96 @@
+"""PyTorch peer of `mlm-train bench backends`: transformers' `BertForMaskedLM` (decoder tied to
+the word embeddings), one forward + backward of a batch of random tokens with 15 % of the
+positions graded, in eager mode, f32, on CUDA or the CPU.
+
+Variants (same shapes as our bench):
+  dense     -- Hugging Face's default: every position through the head, labels -100 elsewhere;
+  gathered  -- only the graded rows through the head (what our `forward_masked` does).
+
+Prints one JSON list of rows: variant, median step (ms) over STEPS steps after WARMUP, tokens/s,
+peak device memory (MiB, CUDA only), the device's name.
+
+    python torch_bert_step.py --device cuda --batch 32 --seq 128 --hidden 768 --layers 12 \
+        --heads 12 --intermediate 3072 --vocab 30522 [--warmup 3] [--steps 10] [--json OUT]
+"""
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+from transformers import BertConfig, BertForMaskedLM
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--device", default="cuda")
+    for name, default in [("batch", 32), ("seq", 128), ("hidden", 128), ("layers", 2),
+                          ("heads", 2), ("intermediate", 512), ("vocab", 8192),
+                          ("warmup", 3), ("steps", 10)]:
+        p.add_argument(f"--{name}", type=int, default=default)
+    p.add_argument("--label", default="")
+    p.add_argument("--json")
+    a = p.parse_args()
+    device = torch.device(a.device)
+    torch.manual_seed(42)
+    config = BertConfig(vocab_size=a.vocab, hidden_size=a.hidden, num_hidden_layers=a.layers,
+                        num_attention_heads=a.heads, intermediate_size=a.intermediate,
+                        max_position_embeddings=max(a.seq, 512), hidden_act="gelu",
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = BertForMaskedLM(config).to(device).train()
+    rows = a.batch * a.seq
+    input_ids = torch.randint(5, a.vocab, (a.batch, a.seq), device=device)
+    attention_mask = torch.ones_like(input_ids)
+    n_masked = round(0.15 * rows)
+    positions = torch.randperm(rows, device=device)[:n_masked]
+    targets = input_ids.view(-1)[positions].clone()
+    labels = torch.full((rows,), -100, dtype=torch.long, device=device)
+    labels[positions] = targets
+    labels = labels.view(a.batch, a.seq)
+
+    def dense():
+        return model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+
+    def gathered():
+        hidden = model.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        logits = model.cls(hidden.reshape(rows, a.hidden)[positions])
+        return torch.nn.functional.cross_entropy(logits, targets)
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    out = []
+    for variant, loss_fn in (("dense", dense), ("gathered", gathered)):
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        times = []
+        for i in range(a.warmup + a.steps):
+            model.zero_grad(set_to_none=True)
+            sync()
+            started = time.perf_counter()
+            loss_fn().backward()
+            sync()
+            if i >= a.warmup:
+                times.append(time.perf_counter() - started)
+        median = statistics.median(times)
+        out.append({
+            "label": a.label,
+            "variant": variant,
+            "median_step_ms": 1e3 * median,
+            "tokens_per_second": rows / median,
+            "peak_device_mib": torch.cuda.max_memory_allocated() / 2**20
+            if device.type == "cuda" else None,
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
+        })
+    text = json.dumps(out, indent=1)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
