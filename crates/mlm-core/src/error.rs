@@ -91,13 +91,24 @@ pub enum MlmError {
         max: usize,
     },
 
-    /// Whole-word masking was asked for, but no word boundaries are known for a sequence.
+    /// Whole-word or span masking was asked for, but no word boundaries are known for a sequence.
     #[error(
-        "whole_word_mask is on but sequence {sequence} has no word ids and no WordPiece continuation tokens are registered"
+        "whole-word or span masking needs word boundaries, but sequence {sequence} has no word ids and no WordPiece continuation tokens are registered (Masker::with_wordpiece_vocab)"
     )]
     MissingWordIds {
         /// Index of the sequence in the batch.
         sequence: usize,
+    },
+
+    /// A span-masking setting ([`crate::SpanMaskingConfig`]) outside its range.
+    #[error("span masking: {name} = {value} {rule}")]
+    InvalidSpanMasking {
+        /// Name of the setting, `geometric_p` or `max_span_words`.
+        name: &'static str,
+        /// The value that was given.
+        value: f64,
+        /// The rule it broke.
+        rule: &'static str,
     },
 
     /// A head was asked to decode without a decoder weight, or was given two.

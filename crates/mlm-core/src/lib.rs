@@ -13,16 +13,22 @@
 //!
 //! - [`MaskingConfig`] / [`Masker`]: select ~15 % of the tokens; 80 % become `[MASK]`,
 //!   10 % a random token, 10 % stay; all are graded against the original
-//!   (BERT, Devlin et al. 2019, §3.1 and appendix A.1).
+//!   (BERT, Devlin et al. 2019, §3.1 and appendix A.1); or, with [`SpanMaskingConfig`],
+//!   spans of whole words with one 80/10/10 draw per span (SpanBERT, Joshi et al. 2020, §3.1).
 //! - [`MlmHeadConfig`] / [`MlmHead`]: Hugging Face's `BertOnlyMLMHead`, own or tied decoder.
 //! - [`masked_cross_entropy`], [`masked_cross_entropy_with_labels`], [`MaskedCrossEntropy`]:
 //!   the mean of `-log p(true token)` over the masked positions only, with the sum and
 //!   count needed to normalise gradient accumulation globally.
 //!
+//! - [`learner`] (feature `train`): [`learner::MlmBatcher`] and [`learner::MlmOutput`], the
+//!   pieces burn-train's `DataLoader` and `Learner` need.
+//!
 //! Bad input is answered with an [`MlmError`], never a silently wrong number.
 
 mod error;
 pub mod head;
+#[cfg(feature = "train")]
+pub mod learner;
 pub mod loss;
 pub mod masking;
 
@@ -32,4 +38,4 @@ pub use loss::{
     IGNORE_INDEX, MaskedCrossEntropy, MaskedCrossEntropyConfig, MlmLossOutput, Reduction,
     masked_cross_entropy, masked_cross_entropy_with_labels,
 };
-pub use masking::{MaskedBatch, Masker, MaskingConfig};
+pub use masking::{MaskedBatch, Masker, MaskingConfig, SpanMaskingConfig};

@@ -5,8 +5,12 @@
 //! Source: BERT (Devlin et al. 2019), §3.1 "Task #1: Masked LM" and appendix A.1;
 //! names and defaults follow Hugging Face's `DataCollatorForLanguageModeling`
 //! (`mlm_probability`, `mask_replace_prob`, `random_replace_prob`); whole-word
-//! masking follows the released BERT code's `--do_whole_word_mask`. Runs on the
-//! host, seeded, so the same seed gives the same masks on every platform.
+//! masking follows the released BERT code's `--do_whole_word_mask`. Span masking
+//! ([`SpanMaskingConfig`]) follows SpanBERT (Joshi et al. 2020, §3.1): contiguous runs of
+//! whole words, with one 80/10/10 draw per span. Runs on the host, seeded, so the same seed
+//! gives the same masks on every platform.
+
+use std::ops::Range;
 
 use burn::config::Config;
 use rand::rngs::StdRng;
@@ -44,6 +48,12 @@ pub struct MaskingConfig {
     /// Select whole words: all WordPiece pieces of a word together, or none.
     #[config(default = false)]
     pub whole_word_mask: bool,
+    /// Select spans of whole words instead (SpanBERT §3.1), with one 80/10/10 draw per span;
+    /// `None` selects tokens (or words, with `whole_word_mask`) one by one, as BERT does.
+    /// Spans are always whole words, so `whole_word_mask` is then implied. A configuration
+    /// saved without this field reads as `None`.
+    #[config(default = "None")]
+    pub span: Option<SpanMaskingConfig>,
     /// Seed of the `StdRng` that draws the masks; 0 is a seed like any other.
     #[config(default = 0)]
     pub seed: u64,
@@ -58,7 +68,9 @@ impl MaskingConfig {
     /// - [`MlmError::TokenIdOutOfVocab`] if `mask_token_id` or a special id is `>= vocab_size`;
     /// - [`MlmError::InvalidPredictionBounds`] if `min_predictions_per_seq > max_predictions_per_seq`;
     /// - [`MlmError::VocabTooSmall`] if `vocab_size` is 0, or random replacement is on and
-    ///   every id is special.
+    ///   every id is special;
+    /// - [`MlmError::InvalidSpanMasking`] if `span` is set with `geometric_p` outside `(0, 1]`
+    ///   or `max_span_words` of 0.
     pub fn init(&self) -> Result<Masker, MlmError> {
         for (name, value) in [
             ("mlm_probability", self.mlm_probability),
@@ -116,6 +128,9 @@ impl MaskingConfig {
                 reason: "random_replace_prob > 0 but every id is special, so no random replacement can be drawn",
             });
         }
+        if let Some(span) = &self.span {
+            span.validate()?;
+        }
         Ok(Masker {
             config: self.clone(),
             batches_masked: 0,
@@ -123,6 +138,96 @@ impl MaskingConfig {
             random_candidates,
             is_continuation: None,
         })
+    }
+}
+
+/// SpanBERT's span masking (Joshi et al. 2020, §3.1): the option [`MaskingConfig::span`].
+///
+/// Per sequence, with `n` candidate (non-special) tokens:
+/// 1. **Budget.** `B = ⌊mlm_probability · n + u⌋` tokens, `u` uniform in `[0, 1)`: rounded up
+///    or down at random, so that `E[B] = mlm_probability · n` (the released code rounds up,
+///    `⌈0.15 · 62⌉ = 10` tokens of 62 is 16.1 %). `B` is then raised to
+///    `min(min_predictions_per_seq, n)` and lowered to `max_predictions_per_seq`.
+/// 2. **Length.** A span length `ℓ` in words is drawn from the geometric law truncated to
+///    `1..=max_span_words` and renormalised, `P(ℓ) = p (1 − p)^(ℓ−1) / (1 − (1 − p)^max)`
+///    ([`length_probability`](Self::length_probability)). This is what the released SpanBERT
+///    code does (`len_distrib`, normalised), and it gives the paper's mean of 3.8 words at
+///    `p = 0.2, max = 10`; clipping, `min(ℓ, 10)`, would give 4.46.
+/// 3. **Start.** A word not yet selected is drawn uniformly; the span starts at its first
+///    piece (§3.1: spans are complete words and start at the beginning of a word).
+/// 4. **Extend.** The span takes that word and then the following words, whole, until it has
+///    `ℓ` words or it meets a special token or the sequence's end (spans never cross
+///    `[CLS]`, `[SEP]`, `[PAD]`, …), an already selected word (spans never overlap), or the
+///    budget: a word is added only while fewer than `B` tokens are selected, so the sequence
+///    ends with at least `B` selected tokens and overshoots by less than its last word (by 0
+///    when every word is one token). A word that would exceed `max_predictions_per_seq` is
+///    never added.
+/// 5. Steps 2–4 repeat until `B` tokens are selected or no word is left.
+///
+/// Then each span gets one 80/10/10 draw (§3.1: BERT's replacement, made at the span level
+/// rather than per token): every token of the span becomes `[MASK]`, or every one becomes its
+/// own random non-special token, or all stay. Every selected token is graded against its
+/// original.
+///
+/// Words come from the word ids of [`Masker::mask_with_word_ids`] or the WordPiece vocabulary
+/// of [`Masker::with_wordpiece_vocab`]; without either, masking fails with
+/// [`MlmError::MissingWordIds`].
+#[derive(Config, Debug, PartialEq)]
+pub struct SpanMaskingConfig {
+    /// Parameter `p` of the geometric law of span lengths in words, in `(0, 1]`; before
+    /// truncation the mean length is `1 / p`.
+    #[config(default = 0.2)]
+    pub geometric_p: f64,
+    /// Longest span in words, at least 1: longer draws are excluded and the law renormalised.
+    #[config(default = 10)]
+    pub max_span_words: usize,
+}
+
+impl SpanMaskingConfig {
+    /// Probability that a span is drawn with `words` words:
+    /// `p (1 − p)^(words−1) / (1 − (1 − p)^max_span_words)` for `words` in
+    /// `1..=max_span_words`, 0 otherwise. Assumes a valid configuration.
+    pub fn length_probability(&self, words: usize) -> f64 {
+        if words == 0 || words > self.max_span_words {
+            return 0.0;
+        }
+        let p = self.geometric_p;
+        p * (1.0 - p).powf(words as f64 - 1.0) / self.kept_mass()
+    }
+
+    /// `1 − (1 − p)^max_span_words`: the mass of the untruncated law on `1..=max_span_words`.
+    fn kept_mass(&self) -> f64 {
+        -(self.max_span_words as f64 * (-self.geometric_p).ln_1p()).exp_m1()
+    }
+
+    /// # Errors
+    /// [`MlmError::InvalidSpanMasking`] for `geometric_p` outside `(0, 1]` or
+    /// `max_span_words` of 0.
+    fn validate(&self) -> Result<(), MlmError> {
+        if !(self.geometric_p > 0.0 && self.geometric_p <= 1.0) {
+            return Err(MlmError::InvalidSpanMasking {
+                name: "geometric_p",
+                value: self.geometric_p,
+                rule: "must be in (0, 1] (SpanBERT: 0.2)",
+            });
+        }
+        if self.max_span_words == 0 {
+            return Err(MlmError::InvalidSpanMasking {
+                name: "max_span_words",
+                value: 0.0,
+                rule: "must be at least 1 (SpanBERT: 10)",
+            });
+        }
+        Ok(())
+    }
+
+    /// One span length in words, by inversion of the truncated law's distribution function:
+    /// `ℓ = 1 + ⌊ln(1 − u · kept_mass) / ln(1 − p)⌋` for `u` uniform in `[0, 1)`.
+    fn sample_length(&self, rng: &mut StdRng) -> usize {
+        let u = rng.random::<f64>();
+        let tail = (-u * self.kept_mass()).ln_1p() / (-self.geometric_p).ln_1p();
+        // `p = 1`: 0 / -inf = -0, one word. The clamp absorbs rounding at the top bin.
+        (1 + tail.floor().max(0.0) as usize).min(self.max_span_words)
     }
 }
 
@@ -135,6 +240,11 @@ pub struct MaskedBatch {
     pub labels: Vec<Vec<i64>>,
     /// Selected positions as `(sequence, position)`, sequence-major, ascending.
     pub masked_positions: Vec<(usize, usize)>,
+    /// The selected positions grouped by 80/10/10 draw, as `(sequence, start..end)`: one
+    /// single-token span per selected token (ascending) under token and whole-word masking;
+    /// one span per SpanBERT span, in the order drawn, under [`MaskingConfig::span`].
+    /// Sequence-major; together they cover `masked_positions` exactly once.
+    pub spans: Vec<(usize, Range<usize>)>,
 }
 
 impl MaskedBatch {
@@ -157,7 +267,8 @@ impl MaskedBatch {
     }
 }
 
-/// Draws BERT's 80/10/10 corruption, seeded; build it with [`MaskingConfig::init`].
+/// Draws BERT's 80/10/10 corruption (or SpanBERT's, [`SpanMaskingConfig`]), seeded; build
+/// it with [`MaskingConfig::init`].
 ///
 /// Batch `k` is drawn from its own `StdRng` seeded by `(seed, k)`, so successive batches
 /// get fresh masks (dynamic masking, RoBERTa §4.1), a run is reproducible from its seed,
@@ -179,6 +290,48 @@ fn batch_rng(seed: u64, index: u64) -> StdRng {
     key[..8].copy_from_slice(&seed.to_le_bytes());
     key[8..16].copy_from_slice(&index.to_le_bytes());
     StdRng::from_seed(key)
+}
+
+/// The words of one sequence that may still start a span (not selected, not too long for
+/// `max_predictions_per_seq`), with each word's index in the list: a uniform draw and a
+/// removal are both O(1).
+struct FreeWords {
+    list: Vec<usize>,
+    slot: Vec<Option<usize>>,
+}
+
+impl FreeWords {
+    /// Words `0..n`, all free.
+    fn all(n: usize) -> Self {
+        Self {
+            list: (0..n).collect(),
+            slot: (0..n).map(Some).collect(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    fn contains(&self, word: usize) -> bool {
+        self.slot[word].is_some()
+    }
+
+    /// A free word, uniformly; the list must not be empty.
+    fn draw(&self, rng: &mut StdRng) -> usize {
+        self.list[rng.random_range(0..self.list.len())]
+    }
+
+    /// Takes `word` out (a no-op if it is out already).
+    fn remove(&mut self, word: usize) {
+        let Some(at) = self.slot[word].take() else {
+            return;
+        };
+        self.list.swap_remove(at);
+        if let Some(&moved) = self.list.get(at) {
+            self.slot[moved] = Some(at);
+        }
+    }
 }
 
 /// What happens to one selected token.
@@ -229,18 +382,18 @@ impl Masker {
 
     /// Corrupts a batch of variable-length sequences.
     ///
-    /// With `whole_word_mask`, word boundaries come from the registered WordPiece
+    /// With `whole_word_mask` or `span`, word boundaries come from the registered WordPiece
     /// vocabulary ([`with_wordpiece_vocab`](Self::with_wordpiece_vocab)).
     ///
     /// # Errors
     /// [`MlmError::TokenIdOutOfVocab`] for an input id `>= vocab_size`;
-    /// [`MlmError::MissingWordIds`] if whole-word masking has no vocabulary to read.
+    /// [`MlmError::MissingWordIds`] if whole-word or span masking has no vocabulary to read.
     pub fn mask(&mut self, sequences: &[Vec<u32>]) -> Result<MaskedBatch, MlmError> {
         self.mask_inner(sequences, None)
     }
 
     /// Corrupts a batch with word ids given per token (as `tokenizers`' `Encoding::get_word_ids`):
-    /// with `whole_word_mask`, consecutive tokens with the same `Some(word)` are selected together.
+    /// with `whole_word_mask` or `span`, consecutive tokens with the same `Some(word)` form a word.
     ///
     /// # Errors
     /// As [`mask`](Self::mask), and [`MlmError::ShapeMismatch`] if `word_ids` does not
@@ -276,6 +429,7 @@ impl Masker {
             input_ids: Vec::with_capacity(sequences.len()),
             labels: Vec::with_capacity(sequences.len()),
             masked_positions: Vec::new(),
+            spans: Vec::new(),
         };
         for (index, ids) in sequences.iter().enumerate() {
             if let Some(&id) = ids
@@ -289,28 +443,48 @@ impl Masker {
                 });
             }
             let units = self.candidate_units(index, ids, word_ids.map(|w| w[index].as_slice()))?;
+            // Each span gets one 80/10/10 draw; token masking's spans are single tokens.
+            let spans: Vec<Vec<usize>> = match &self.config.span {
+                Some(span) => self.select_spans(span, &units, &mut rng),
+                None => {
+                    let mut positions: Vec<usize> = self
+                        .select(&units, &mut rng)
+                        .into_iter()
+                        .flatten()
+                        .collect();
+                    positions.sort_unstable();
+                    positions
+                        .into_iter()
+                        .map(|position| vec![position])
+                        .collect()
+                }
+            };
             let mut input_ids = ids.clone();
             let mut labels = vec![IGNORE_INDEX; ids.len()];
-            let mut positions: Vec<usize> = self
-                .select(&units, &mut rng)
-                .into_iter()
-                .flatten()
-                .collect();
-            positions.sort_unstable();
-            for &position in &positions {
-                labels[position] = i64::from(ids[position]);
-                input_ids[position] = match self.replacement(&mut rng) {
-                    Replacement::Mask => self.config.mask_token_id,
-                    Replacement::Random => {
-                        let draw = rng.random_range(0..self.random_candidates.len());
-                        self.random_candidates[draw]
-                    }
-                    Replacement::Keep => ids[position],
-                };
+            for span in &spans {
+                let replacement = self.replacement(&mut rng);
+                for &position in span {
+                    labels[position] = i64::from(ids[position]);
+                    input_ids[position] = match replacement {
+                        Replacement::Mask => self.config.mask_token_id,
+                        Replacement::Random => {
+                            let draw = rng.random_range(0..self.random_candidates.len());
+                            self.random_candidates[draw]
+                        }
+                        Replacement::Keep => ids[position],
+                    };
+                }
             }
+            let mut positions: Vec<usize> = spans.iter().flatten().copied().collect();
+            positions.sort_unstable();
             batch
                 .masked_positions
                 .extend(positions.into_iter().map(|position| (index, position)));
+            batch.spans.extend(
+                spans
+                    .iter()
+                    .map(|span| (index, span[0]..span[span.len() - 1] + 1)),
+            );
             batch.input_ids.push(input_ids);
             batch.labels.push(labels);
         }
@@ -319,7 +493,8 @@ impl Masker {
     }
 
     /// Groups the non-special positions of one sequence into selection units:
-    /// single tokens, or whole words under `whole_word_mask`.
+    /// single tokens, or whole words under `whole_word_mask` or `span`. A word's positions
+    /// are consecutive, and units are in position order.
     fn candidate_units(
         &self,
         index: usize,
@@ -327,7 +502,7 @@ impl Masker {
         word_ids: Option<&[Option<u32>]>,
     ) -> Result<Vec<Vec<usize>>, MlmError> {
         let candidates = (0..ids.len()).filter(|&p| !self.is_special[ids[p] as usize]);
-        if !self.config.whole_word_mask {
+        if !self.config.whole_word_mask && self.config.span.is_none() {
             return Ok(candidates.map(|p| vec![p]).collect());
         }
         // `continues(p)`: position p belongs to the same word as candidate p - 1.
@@ -348,6 +523,54 @@ impl Masker {
             previous = Some(position);
         }
         Ok(units)
+    }
+
+    /// SpanBERT's selection in one sequence of candidate `words` (steps 1–5 of
+    /// [`SpanMaskingConfig`]): the spans' positions, in the order drawn.
+    fn select_spans(
+        &self,
+        span: &SpanMaskingConfig,
+        words: &[Vec<usize>],
+        rng: &mut StdRng,
+    ) -> Vec<Vec<usize>> {
+        let n: usize = words.iter().map(Vec::len).sum();
+        if n == 0 {
+            return Vec::new();
+        }
+        let cap = self.config.max_predictions_per_seq.unwrap_or(usize::MAX);
+        let budget = ((self.config.mlm_probability * n as f64 + rng.random::<f64>()) as usize)
+            .max(self.config.min_predictions_per_seq.min(n))
+            .min(cap)
+            .min(n);
+        let mut free = FreeWords::all(words.len());
+        let (mut count, mut spans) = (0, Vec::new());
+        while count < budget && !free.is_empty() {
+            let length = span.sample_length(rng);
+            let mut word = free.draw(rng);
+            if count + words[word].len() > cap {
+                free.remove(word); // count only grows: it never fits later either
+                continue;
+            }
+            let mut positions = Vec::new();
+            for taken in 1.. {
+                free.remove(word);
+                positions.extend_from_slice(&words[word]);
+                count += words[word].len();
+                let next = word + 1;
+                let extends = taken < length
+                    && count < budget
+                    && next < words.len()
+                    && words[next][0] == words[word][words[word].len() - 1] + 1
+                    && free.contains(next)
+                    && count + words[next].len() <= cap;
+                if !extends {
+                    break;
+                }
+                word = next;
+            }
+            spans.push(positions);
+        }
+        spans
     }
 
     /// Bernoulli(`mlm_probability`) per unit, then the per-sequence bounds in tokens:

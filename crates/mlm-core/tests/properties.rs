@@ -3,11 +3,13 @@
 //! Loss: non-negative; mean = sum ÷ count; invariant to the order of the rows and to a
 //! constant added to a row; each graded row's gradient sums to 0 and every ungraded row's
 //! gradient is exactly 0. Masker: never selects a special or padding id, respects the
-//! per-sequence bounds, keeps lengths, and grades exactly the selected positions.
+//! per-sequence bounds, keeps lengths, and grades exactly the selected positions; under span
+//! masking its spans are disjoint runs of whole words, free of specials, each all `[MASK]`
+//! or none.
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
-use mlm_core::{IGNORE_INDEX, MaskingConfig, masked_cross_entropy_with_labels};
+use mlm_core::{IGNORE_INDEX, MaskingConfig, SpanMaskingConfig, masked_cross_entropy_with_labels};
 use proptest::prelude::*;
 
 type B = Autodiff<NdArray>;
@@ -224,5 +226,59 @@ proptest! {
             }
         }
         prop_assert_eq!(batch.masked_targets().len(), batch.masked_positions.len());
+    }
+
+    #[test]
+    fn span_masker_keeps_its_invariants(
+        case in masker_case(),
+        geometric_p in 0.01f64..=1.0,
+        max_span_words in 1usize..12,
+    ) {
+        let config = case.config.clone().with_span(Some(
+            SpanMaskingConfig::new()
+                .with_geometric_p(geometric_p)
+                .with_max_span_words(max_span_words),
+        ));
+        // Ids divisible by 3 are `##` continuation pieces, as in the fuzz target.
+        let is_piece = |id: u32| id.is_multiple_of(3);
+        let tokens: Vec<String> = (0..VOCAB)
+            .map(|id| if is_piece(id) { format!("##{id}") } else { format!("w{id}") })
+            .collect();
+        let mut masker = config.init().unwrap().with_wordpiece_vocab(&tokens).unwrap();
+        let batch = masker.mask(&case.sequences).unwrap();
+        let special = |id: u32| id == config.mask_token_id || config.special_token_ids.contains(&id);
+        let mut covered: Vec<(usize, usize)> = batch
+            .spans
+            .iter()
+            .flat_map(|(s, span)| span.clone().map(move |p| (*s, p)))
+            .collect();
+        covered.sort_unstable();
+        prop_assert_eq!(&covered, &batch.masked_positions, "spans cover the selection once");
+        for (s, span) in &batch.spans {
+            let ids = &case.sequences[*s];
+            // Position p continues the word of p - 1.
+            let continues = |p: usize| p > 0 && is_piece(ids[p]) && !special(ids[p]) && !special(ids[p - 1]);
+            prop_assert!(!span.is_empty() && span.end <= ids.len());
+            prop_assert!(!continues(span.start), "span {:?} starts inside a word", span);
+            prop_assert!(span.end == ids.len() || !continues(span.end), "span {:?} ends inside a word", span);
+            let corrupted = &batch.input_ids[*s][span.clone()];
+            let masked = corrupted.iter().filter(|&&id| id == config.mask_token_id).count();
+            prop_assert!(masked == 0 || masked == span.len(), "span {:?} partly [MASK]", span);
+        }
+        let max = config.max_predictions_per_seq.unwrap_or(usize::MAX);
+        for (s, ids) in case.sequences.iter().enumerate() {
+            let selected = batch.masked_positions.iter().filter(|&&(q, _)| q == s).count();
+            prop_assert!(selected <= max);
+            for (p, &id) in ids.iter().enumerate() {
+                let (label, input) = (batch.labels[s][p], batch.input_ids[s][p]);
+                if batch.masked_positions.contains(&(s, p)) {
+                    prop_assert!(!special(id), "special or padding id {} selected", id);
+                    prop_assert_eq!(label, i64::from(id), "graded against the original");
+                } else {
+                    prop_assert_eq!(label, IGNORE_INDEX, "unselected position graded");
+                    prop_assert_eq!(input, id, "unselected position changed");
+                }
+            }
+        }
     }
 }

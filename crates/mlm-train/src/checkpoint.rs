@@ -25,7 +25,9 @@ const KEEP: usize = 2;
 pub struct RunState {
     /// Optimizer steps completed.
     pub step: usize,
-    /// Training wall time so far, in seconds (summed over resumed sessions).
+    /// Training wall time so far, in seconds (summed over resumed sessions): what a run by
+    /// the clock has spent of its time budget. A state without it reads as 0.
+    #[serde(default)]
     pub elapsed_seconds: f64,
     /// Real (non-padding) tokens processed so far.
     pub tokens_seen: u64,

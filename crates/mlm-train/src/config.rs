@@ -4,10 +4,34 @@
 use std::path::{Path, PathBuf};
 
 use burn::config::Config;
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
 
 use crate::data::{self, WordPieceTokenizer};
 use crate::error::{TrainError, read_json};
 use crate::model::BertConfig;
+
+/// What a training batch selects for prediction (`--masking`, `"masking"` in `config.json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Masking {
+    /// Each non-special token with probability `mlm_probability`, then 80/10/10 per token
+    /// (BERT, Devlin et al. 2019, §3.1).
+    Token,
+    /// Spans of whole words, lengths ~ Geo(0.2) truncated at 10 words, until
+    /// `mlm_probability` of the tokens are selected, then 80/10/10 per span (SpanBERT, Joshi
+    /// et al. 2020, §3.1; [`mlm_core::SpanMaskingConfig`]).
+    Span,
+}
+
+impl std::fmt::Display for Masking {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Token => "token",
+            Self::Span => "span",
+        })
+    }
+}
 
 /// Everything that defines a run; saved as `config.json` in the run directory.
 #[derive(Config, Debug)]
@@ -57,6 +81,15 @@ pub struct TrainConfig {
     /// commands").
     #[config(default = 1200)]
     pub max_steps: usize,
+    /// Train by the clock: seconds of training after which the run ends (`None`: it ends at
+    /// `max_steps`). The learning rate then follows elapsed time instead of the step: warm-up
+    /// over the first `warmup_steps / max_steps` of the budget, linear decay to 0 at its end
+    /// ([`learning_rate_at`]); `max_steps` ends nothing and sets only that share. Elapsed time
+    /// counts from the model's creation, periodic evaluations and checkpoints included, data
+    /// preparation not; it is summed over resumed sessions. Not reproducible step for step:
+    /// the schedule depends on the machine's speed.
+    #[config(default = "None")]
+    pub time_budget_seconds: Option<f64>,
     /// AdamW decoupled weight decay.
     #[config(default = 0.01)]
     pub weight_decay: f64,
@@ -66,6 +99,11 @@ pub struct TrainConfig {
     /// Share of tokens selected for prediction in training batches (held-out batches: 15 %).
     #[config(default = 0.15)]
     pub mlm_probability: f64,
+    /// How training batches select what to predict: single tokens (BERT) or spans of whole
+    /// words (SpanBERT). Held-out batches always use token masking ([`crate::eval`]). A run
+    /// made before this setting existed used token masking ([`crate::RunDir::load_config`]).
+    #[config(default = "Masking::Token")]
+    pub masking: Masking,
     /// Seed of initialisation, data order, masks and dropout.
     #[config(default = 42)]
     pub seed: u64,
@@ -161,6 +199,13 @@ impl TrainConfig {
                 self.max_seq_len, self.model.max_position_embeddings
             ));
         }
+        if let Some(budget) = self.time_budget_seconds
+            && !(budget.is_finite() && budget > 0.0)
+        {
+            return bad(format!(
+                "time_budget_seconds = {budget} must be a positive number of seconds"
+            ));
+        }
         if self.warmup_steps > self.max_steps {
             return bad(format!(
                 "warmup_steps = {} exceeds max_steps = {}: the learning rate would never \
@@ -236,7 +281,8 @@ pub(crate) fn config_from_json(
     })
 }
 
-/// The learning rate at `step` (1-based): linear warm-up to `peak`, then linear decay to 0.
+/// The learning rate at `step` (1-based) of a run by step count: linear warm-up to the peak
+/// over `warmup_steps`, then linear decay to 0 at `max_steps`.
 pub fn learning_rate(config: &TrainConfig, step: usize) -> f64 {
     let peak = config.learning_rate;
     if step <= config.warmup_steps {
@@ -244,5 +290,191 @@ pub fn learning_rate(config: &TrainConfig, step: usize) -> f64 {
     } else {
         let remaining = config.max_steps.saturating_sub(step) as f64;
         peak * remaining / config.max_steps.saturating_sub(config.warmup_steps).max(1) as f64
+    }
+}
+
+/// The learning rate at `progress` (the share of the run done: elapsed time ÷ time budget for
+/// a run by the clock): linear warm-up from 0 to `peak` over the first `warmup` share of the
+/// run, then linear decay to 0 at `progress` = 1, the budget-aware schedule of Izsak et al.
+/// (2021) and Geiping & Goldstein (2022, "Cramming"). `progress` is clamped to [0, 1], so a
+/// step past the budget gets 0; `warmup` = 1 warms up over the whole run, as `warmup_steps`
+/// = `max_steps` does.
+pub fn learning_rate_at(peak: f64, warmup: f64, progress: f64) -> f64 {
+    let progress = progress.clamp(0.0, 1.0);
+    if progress < warmup || warmup >= 1.0 {
+        peak * progress / warmup
+    } else {
+        peak * (1.0 - progress) / (1.0 - warmup)
+    }
+}
+
+impl TrainConfig {
+    /// The share of a run by the clock spent warming up: `warmup_steps / max_steps`, the
+    /// share a run by step count spends (1/12 by default).
+    pub fn warmup_fraction(&self) -> f64 {
+        self.warmup_steps as f64 / self.max_steps.max(1) as f64
+    }
+}
+
+/// Seconds in a duration written as people write it: `90s`, `5m`, `1h30m`, `1h 30min`
+/// (humantime's units, from `ms` to `d`).
+///
+/// # Errors
+/// [`TrainError::TimeBudget`] for text that is no duration (`5`, `five minutes`) or a zero
+/// one, which would train nothing.
+pub fn parse_time_budget(text: &str) -> Result<f64, TrainError> {
+    let bad = |reason: String| TrainError::TimeBudget {
+        text: text.into(),
+        reason,
+    };
+    let duration = humantime::parse_duration(text.trim())
+        .map_err(|e| bad(format!("not a duration ({e}); write e.g. 90s, 5m or 1h30m")))?;
+    if duration.is_zero() {
+        return Err(bad(
+            "a run of no time trains nothing; give a positive duration, e.g. 90s, 5m or 1h30m"
+                .into(),
+        ));
+    }
+    Ok(duration.as_secs_f64())
+}
+
+/// `seconds` as people write a duration, to the second (to the millisecond below 10 s):
+/// `2m 5s`, `1h 30m`, `3s 120ms`.
+pub fn human_duration(seconds: f64) -> String {
+    let millis = (seconds.max(0.0) * 1e3).round() as u64;
+    let millis = if millis >= 10_000 {
+        (millis + 500) / 1000 * 1000
+    } else {
+        millis
+    };
+    humantime::format_duration(std::time::Duration::from_millis(millis)).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PEAK: f64 = 2e-3;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-12 * PEAK
+    }
+
+    #[test]
+    fn the_budget_schedule_warms_up_to_the_peak_then_decays_to_zero_at_the_budget() {
+        // A tenth of the budget to warm up.
+        let lr = |progress| learning_rate_at(PEAK, 0.1, progress);
+        assert_eq!(lr(0.0), 0.0, "start");
+        assert!(close(lr(0.05), PEAK / 2.0), "half-way through the warm-up");
+        assert!(close(lr(0.1), PEAK), "end of the warm-up");
+        assert!(close(lr(0.5), PEAK * 0.5 / 0.9), "half the budget");
+        assert!(close(lr(0.55), PEAK / 2.0), "half-way through the decay");
+        assert_eq!(lr(1.0), 0.0, "end of the budget");
+        // Past the budget (the step that finds it spent) and before the start: clamped.
+        assert_eq!(lr(1.3), 0.0);
+        assert_eq!(lr(-0.1), 0.0);
+        // Rising, then falling.
+        let values: Vec<f64> = (0..=100).map(|i| lr(f64::from(i) / 100.0)).collect();
+        assert!(values[..=10].windows(2).all(|w| w[0] < w[1]));
+        assert!(values[10..].windows(2).all(|w| w[0] > w[1]));
+    }
+
+    #[test]
+    fn the_budget_schedule_without_a_warm_up_or_all_warm_up_stays_finite() {
+        assert_eq!(learning_rate_at(PEAK, 0.0, 0.0), PEAK);
+        assert!(close(learning_rate_at(PEAK, 0.0, 0.5), PEAK / 2.0));
+        assert_eq!(learning_rate_at(PEAK, 0.0, 1.0), 0.0);
+        assert!(close(learning_rate_at(PEAK, 1.0, 0.5), PEAK / 2.0));
+        assert_eq!(learning_rate_at(PEAK, 1.0, 1.0), PEAK);
+    }
+
+    #[test]
+    fn the_warm_up_share_of_a_run_by_the_clock_is_that_of_a_run_by_step_count() {
+        let config = TrainConfig::new("corpus".into());
+        assert_eq!(config.warmup_fraction(), 100.0 / 1200.0);
+        // The same shape: the step schedule at step s is the clock schedule at s / max_steps.
+        for step in [1, 50, 100, 101, 600, 1199, 1200] {
+            let by_step = learning_rate(&config, step);
+            let by_clock = learning_rate_at(
+                config.learning_rate,
+                config.warmup_fraction(),
+                step as f64 / 1200.0,
+            );
+            assert!((by_step - by_clock).abs() <= 1e-12, "step {step}");
+        }
+    }
+
+    #[test]
+    fn time_budgets_are_read_as_people_write_durations() {
+        for (text, seconds) in [
+            ("90s", 90.0),
+            ("5m", 300.0),
+            ("1h30m", 5400.0),
+            ("1h 30min", 5400.0),
+            (" 2m ", 120.0),
+            ("1500ms", 1.5),
+        ] {
+            assert_eq!(parse_time_budget(text).unwrap(), seconds, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_time_budget_that_is_no_positive_duration_is_refused_in_plain_words() {
+        for (text, words) in [
+            ("5", "not a duration"),
+            ("five minutes", "not a duration"),
+            ("-5m", "not a duration"),
+            ("", "not a duration"),
+            ("5 parsecs", "not a duration"),
+            ("0s", "trains nothing"),
+            ("0h0m", "trains nothing"),
+        ] {
+            match parse_time_budget(text) {
+                Err(e @ TrainError::TimeBudget { .. }) => {
+                    let message = e.to_string();
+                    assert!(message.contains(words), "{text:?}: {message}");
+                    assert!(
+                        message.contains("5m"),
+                        "{text:?} gives no example: {message}"
+                    );
+                }
+                other => panic!("{text:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn validate_refuses_a_time_budget_that_is_not_a_positive_number() {
+        for budget in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let config = TrainConfig::new("corpus".into()).with_time_budget_seconds(Some(budget));
+            match config.validate() {
+                Err(TrainError::Config(message)) => {
+                    assert!(message.contains("time_budget_seconds"), "{message}")
+                }
+                other => panic!("{budget}: {other:?}"),
+            }
+        }
+        let config = TrainConfig::new("corpus".into()).with_time_budget_seconds(Some(0.5));
+        config.validate().unwrap();
+    }
+
+    #[test]
+    fn a_config_from_before_time_budgets_reads_as_a_run_by_step_count() {
+        let mut value = serde_json::to_value(TrainConfig::new("corpus".into())).unwrap();
+        value
+            .as_object_mut()
+            .unwrap()
+            .remove("time_budget_seconds")
+            .unwrap();
+        let config = config_from_json(value, Path::new("config.json")).unwrap();
+        assert_eq!(config.time_budget_seconds, None);
+    }
+
+    #[test]
+    fn durations_are_shown_to_the_second() {
+        assert_eq!(human_duration(300.0), "5m");
+        assert_eq!(human_duration(121.4), "2m 1s");
+        assert_eq!(human_duration(5400.0), "1h 30m");
+        assert_eq!(human_duration(3.12), "3s 120ms");
     }
 }

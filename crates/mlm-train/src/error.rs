@@ -86,6 +86,31 @@ pub enum TrainError {
     /// A configuration is inconsistent.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A `--time-budget` that is no positive duration.
+    #[error("time budget {text:?}: {reason}")]
+    TimeBudget {
+        /// The text as given.
+        text: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// A run trained by the clock was asked to resume after its time budget was spent:
+    /// it is complete, and nothing was trained or written.
+    #[error(
+        "{} has already trained {} of its {} time budget: nothing left to train (pass a \
+         larger --time-budget to continue it)",
+        dir.display(),
+        crate::config::human_duration(*elapsed_seconds),
+        crate::config::human_duration(*budget_seconds)
+    )]
+    BudgetSpent {
+        /// The run directory.
+        dir: PathBuf,
+        /// The run's time budget, seconds.
+        budget_seconds: f64,
+        /// Its training time so far, seconds.
+        elapsed_seconds: f64,
+    },
     /// A checkpoint or run file is missing, truncated or does not match the run.
     #[error("checkpoint {path}: {reason}")]
     Checkpoint {

@@ -5,7 +5,7 @@ use burn::tensor::ElementConversion;
 use burn::tensor::backend::Backend;
 use mlm_core::{IGNORE_INDEX, MaskedCrossEntropy};
 
-use crate::config::TrainConfig;
+use crate::config::{Masking, TrainConfig};
 use crate::data::{WordPieceTokenizer, make_batch};
 use crate::error::TrainError;
 use crate::gradients::masked_logits;
@@ -42,8 +42,14 @@ impl EvalMetrics {
 /// losses of runs with different `mlm_probability` compare.
 pub const EVAL_MLM_PROBABILITY: f64 = 0.15;
 
+/// Held-out batches use token masking whatever the training batches use (`--masking span`),
+/// so that held-out losses of runs with different masking compare: every run is graded on
+/// the same positions with the same inputs. A span-trained model is then measured on the
+/// task BERT is, single masked tokens, not on the spans it trained on.
+pub const EVAL_MASKING: Masking = Masking::Token;
+
 /// Masked-LM loss and accuracy over `sequences`, masked with a fixed seed (the same masks
-/// at every call), without autodiff.
+/// at every call) by token masking at [`EVAL_MLM_PROBABILITY`], without autodiff.
 ///
 /// # Errors
 /// Masker and loss errors.
@@ -56,6 +62,7 @@ pub fn evaluate<B: Backend>(
 ) -> Result<EvalMetrics, TrainError> {
     let mut masker = tokenizer.masker(
         EVAL_MLM_PROBABILITY,
+        EVAL_MASKING,
         derive_seed(config.seed, Stream::HeldOutMasks, 0),
     )?;
     let loss_fn = MaskedCrossEntropy::default();

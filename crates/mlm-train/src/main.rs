@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use mlm_train::backend::BackendKind;
 use mlm_train::bench::{BackendBenchConfig, compare_backends, markdown_table, save_rows};
-use mlm_train::config::config_with_overrides;
+use mlm_train::config::{Masking, config_with_overrides, human_duration, parse_time_budget};
 use mlm_train::data::fetch_corpus;
 use mlm_train::distributed::ProcessGroup;
 use mlm_train::hf::{export_run, import_run};
@@ -175,9 +175,9 @@ struct TrainArgs {
     #[arg(long, default_value = "runs/tiny-bert")]
     run: PathBuf,
     /// Continue the run in DIR from its newest checkpoint. Its saved configuration applies:
-    /// of the flags below only --max-steps and --backend may be given, and for a
-    /// data-parallel run --rank, --coordinator, --data-service-port and --collective-timeout
-    /// (its world size is the run's).
+    /// of the flags below only --max-steps (a run by step count), --time-budget (a run by the
+    /// clock) and --backend may be given, and for a data-parallel run --rank, --coordinator,
+    /// --data-service-port and --collective-timeout (its world size is the run's).
     #[arg(long, value_name = "DIR", conflicts_with = "run")]
     resume: Option<PathBuf>,
     /// Backend.
@@ -193,6 +193,13 @@ struct TrainArgs {
     /// Optimizer steps.
     #[arg(long)]
     max_steps: Option<usize>,
+    /// Train by the clock, e.g. 90s, 5m, 1h30m: the learning rate warms up over the first
+    /// warmup-steps/max-steps of DURATION and decays linearly to 0 at its end, where the run
+    /// ends with its evaluation and checkpoint (max-steps then sets only that share). With
+    /// --resume: the run's new total budget, time already trained included [default: none,
+    /// the run ends at --max-steps]
+    #[arg(long, value_name = "DURATION", value_parser = parse_time_budget)]
+    time_budget: Option<f64>,
     /// Sequences per micro-batch (per rank: the global batch is world size × this).
     #[arg(long, conflicts_with = "resume")]
     batch_size: Option<usize>,
@@ -249,6 +256,11 @@ struct TrainArgs {
     /// Share of tokens selected for prediction in training batches.
     #[arg(long, conflicts_with = "resume", allow_negative_numbers = true)]
     mlm_probability: Option<f64>,
+    /// What training batches mask: single tokens (BERT) or spans of whole words, Geo(0.2)
+    /// lengths up to 10 words, one 80/10/10 draw per span (SpanBERT). Held-out batches
+    /// always use token masking, so held-out losses compare.
+    #[arg(long, value_enum, conflicts_with = "resume")]
+    masking: Option<Masking>,
     /// Dropout (hidden and attention).
     #[arg(long, conflicts_with = "resume", allow_negative_numbers = true)]
     dropout: Option<f64>,
@@ -293,7 +305,7 @@ config_flags!(
     hidden_size => model.hidden_size, layers => model.num_hidden_layers,
     heads => model.num_attention_heads, intermediate_size => model.intermediate_size,
     eval_every => eval_every, checkpoint_every => checkpoint_every, seed => seed,
-    mlm_probability => mlm_probability,
+    mlm_probability => mlm_probability, masking => masking,
     local_attention_init => model.local_attention_init,
     dropout => model.hidden_dropout_prob,
 );
@@ -320,6 +332,9 @@ impl TrainArgs {
             c.corpus = corpus.clone();
         }
         self.apply_flags(&mut c);
+        if self.time_budget.is_some() {
+            c.time_budget_seconds = self.time_budget;
+        }
         if let Some(tokenizer) = &self.tokenizer {
             c.tokenizer = Some(tokenizer.clone());
         }
@@ -425,7 +440,14 @@ fn train_command(args: &TrainArgs) -> Result<ExitCode, TrainError> {
     let summary = with_backend!(args.backend, |B, device| {
         let (group, backend) = (args.group(), args.backend.name());
         match &args.resume {
-            Some(dir) => resume_with::<B>(dir, args.max_steps, &device, backend, group.as_ref()),
+            Some(dir) => resume_with::<B>(
+                dir,
+                args.max_steps,
+                args.time_budget,
+                &device,
+                backend,
+                group.as_ref(),
+            ),
             None => {
                 let config = args.config()?;
                 // Rank 0 alone fetches: ranks on one machine would share the staging folder.
@@ -465,6 +487,19 @@ fn print_result(summary: &Summary, run: &Path, rank: usize) {
             summary.valid_unchanged_loss
         )
     );
+    if let Some(budget) = summary.time_budget_seconds {
+        println!(
+            "trained by the clock: {} steps in {} of a {} time budget{}",
+            summary.steps,
+            human_duration(summary.wall_time_seconds),
+            human_duration(budget),
+            if summary.stopped_by.is_some() {
+                ""
+            } else {
+                " (the final evaluation and checkpoint after it)"
+            }
+        );
+    }
     if let Some(traffic) = &summary.all_reduce {
         println!(
             "{} ranks: {:.2} MiB all-reduced per step and rank, {:.1} ms per all-reduce on \
@@ -496,12 +531,19 @@ fn stop_status(summary: &Summary, run: &Path, ranked: bool) -> ExitCode {
     } else {
         "`"
     };
+    let of = match summary.time_budget_seconds {
+        Some(budget) => format!(
+            "({} of its {} time budget)",
+            human_duration(summary.wall_time_seconds),
+            human_duration(budget)
+        ),
+        None => format!("of {}", summary.max_steps),
+    };
     eprintln!(
-        "stopped by {} at step {} of {}, checkpoint saved: continue with `mlm-train train \
+        "stopped by {} at step {} {of}, checkpoint saved: continue with `mlm-train train \
          --resume {}{ranks}",
         signal.name(),
         summary.steps,
-        summary.max_steps,
         run.display()
     );
     ExitCode::from(signal.exit_status())
@@ -538,6 +580,12 @@ fn main() -> ExitCode {
     let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
     match run(cli) {
         Ok(code) => code,
+        // A complete run by the clock: nothing to do is no failure (a job that resumes its
+        // run until it is done stops here).
+        Err(e @ TrainError::BudgetSpent { .. }) => {
+            eprintln!("{e}");
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: {e}");
             match e {

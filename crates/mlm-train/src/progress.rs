@@ -6,55 +6,95 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+/// Where a run ends: at a step, or when its time budget is spent.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RunEnd {
+    /// At this step (`max_steps`).
+    Step(usize),
+    /// After this many seconds of training (`time_budget_seconds`).
+    Budget(f64),
+}
+
 /// Progress of the optimizer steps of one training session (a run or a resumed segment).
 pub struct Progress {
     bar: Option<ProgressBar>,
-    max_steps: usize,
+    end: RunEnd,
     first_step: usize,
     started: Instant,
 }
 
 impl Progress {
-    /// Starts at `step` (steps already done) of `max_steps`.
-    pub fn new(step: usize, max_steps: usize) -> Self {
+    /// Starts at `step` (steps already done) and `elapsed_seconds` (of training so far) of
+    /// a run that ends at `end`: a bar in steps, or in seconds of the time budget.
+    pub fn new(step: usize, elapsed_seconds: f64, end: RunEnd) -> Self {
         let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = ProgressBar::new(max_steps as u64).with_position(step as u64);
+            let (length, position, unit) = match end {
+                RunEnd::Step(max_steps) => (max_steps as u64, step as u64, "steps"),
+                RunEnd::Budget(budget) => (
+                    budget.ceil() as u64,
+                    elapsed_seconds as u64,
+                    "s of the time budget",
+                ),
+            };
+            let bar = ProgressBar::new(length).with_position(position);
             bar.set_style(
-                ProgressStyle::with_template(
-                    "{bar:30} {pos}/{len} steps  {elapsed_precise} elapsed, ETA {eta_precise}  {msg}",
-                )
+                ProgressStyle::with_template(&format!(
+                    "{{bar:30}} {{pos}}/{{len}} {unit}  {{elapsed_precise}} elapsed, ETA \
+                     {{eta_precise}}  {{msg}}"
+                ))
                 .expect("a valid template"),
             );
             bar
         });
         Self {
             bar,
-            max_steps,
+            end,
             first_step: step,
             started: Instant::now(),
         }
     }
 
-    /// Records a finished step: the bar moves; in a log, nothing (see [`Self::log`]).
-    pub fn step(&self, step: usize, loss: f64, tokens_per_second: f64) {
+    /// Records a finished step, `elapsed_seconds` into the run: the bar moves; in a log,
+    /// nothing (see [`Self::log`]).
+    pub fn step(&self, step: usize, elapsed_seconds: f64, loss: f64, tokens_per_second: f64) {
         if let Some(bar) = &self.bar {
-            bar.set_position(step as u64);
-            bar.set_message(format!("loss {loss:.3}  {tokens_per_second:.0} tok/s"));
+            match self.end {
+                RunEnd::Step(_) => {
+                    bar.set_position(step as u64);
+                    bar.set_message(format!("loss {loss:.3}  {tokens_per_second:.0} tok/s"));
+                }
+                RunEnd::Budget(budget) => {
+                    bar.set_position(elapsed_seconds.min(budget) as u64);
+                    bar.set_message(format!(
+                        "step {step}  loss {loss:.3}  {tokens_per_second:.0} tok/s"
+                    ));
+                }
+            }
         }
     }
 
-    /// In a log, one line `step N/M  loss L  T tokens/s  ETA`; on a terminal the bar
-    /// already shows it.
-    pub fn log(&self, step: usize, loss: f64, tokens_per_second: f64) {
-        if self.bar.is_none() {
-            let done = (step - self.first_step).max(1) as f64;
-            let per_step = self.started.elapsed().as_secs_f64() / done;
-            let eta = per_step * self.max_steps.saturating_sub(step) as f64;
-            eprintln!(
-                "step {step}/{}  loss {loss:.4}  {tokens_per_second:.0} tokens/s  ETA {}",
-                self.max_steps,
-                clock(Duration::from_secs_f64(eta))
-            );
+    /// In a log, one line `step N/M  loss L  T tokens/s  ETA` (by the clock: `step N  loss
+    /// L  T tokens/s  E of B`); on a terminal the bar already shows it.
+    pub fn log(&self, step: usize, elapsed_seconds: f64, loss: f64, tokens_per_second: f64) {
+        if self.bar.is_some() {
+            return;
+        }
+        let line = format!("loss {loss:.4}  {tokens_per_second:.0} tokens/s");
+        match self.end {
+            RunEnd::Step(max_steps) => {
+                let done = (step - self.first_step).max(1) as f64;
+                let per_step = self.started.elapsed().as_secs_f64() / done;
+                let eta = per_step * max_steps.saturating_sub(step) as f64;
+                eprintln!(
+                    "step {step}/{max_steps}  {line}  ETA {}",
+                    clock(Duration::from_secs_f64(eta))
+                );
+            }
+            RunEnd::Budget(budget) => eprintln!(
+                "step {step}  {line}  {} of {}",
+                clock(Duration::from_secs_f64(elapsed_seconds.max(0.0))),
+                clock(Duration::from_secs_f64(budget))
+            ),
         }
     }
 

@@ -246,9 +246,15 @@ pub struct Summary {
     pub wall_time_seconds: f64,
     /// Optimizer steps done.
     pub steps: usize,
-    /// The run's last step; `steps` is smaller if a signal stopped it early.
+    /// The run's last step; `steps` is smaller if a signal stopped it early. 0 for a run by
+    /// the clock, which ends at `time_budget_seconds` instead.
     #[serde(default)]
     pub max_steps: usize,
+    /// The time budget of a run by the clock, seconds (`null`: a run by step count). It
+    /// ended after the first step that found `wall_time_seconds` past it, unless
+    /// `stopped_by` says otherwise.
+    #[serde(default)]
+    pub time_budget_seconds: Option<f64>,
     /// `SIGINT` or `SIGTERM` if the run stopped early on that signal (after a checkpoint at
     /// `steps`, from which `train --resume` continues), `null` if it reached `max_steps`.
     #[serde(default)]

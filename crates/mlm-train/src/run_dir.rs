@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use burn::tensor::backend::Backend;
 
 use crate::checkpoint::{self, RunState};
-use crate::config::TrainConfig;
+use crate::config::{Masking, TrainConfig};
 use crate::data::WordPieceTokenizer;
 use crate::error::{TrainError, io, read_json, write_json};
 use crate::model::BertForMaskedLm;
@@ -40,7 +40,8 @@ impl RunDir {
     }
     /// Loads the run's configuration. A run made before a model flag existed
     /// (`sinusoidal_positions`, `local_attention_init`) was made without it: the flag reads
-    /// as `false`; one made before `world_size` existed ran as one process.
+    /// as `false`; one made before `world_size` existed ran as one process, and one made
+    /// before `masking` existed used token masking.
     ///
     /// # Errors
     /// [`TrainError::InvalidInput`] if the folder has no `config.json` (it is not a run);
@@ -63,6 +64,9 @@ impl RunDir {
         }
         if let Some(config) = value.as_object_mut() {
             config.entry("world_size").or_insert(1.into());
+            config
+                .entry("masking")
+                .or_insert(Masking::Token.to_string().into());
         }
         crate::config::config_from_json(value, &path)
     }
@@ -165,7 +169,7 @@ impl NewRun {
 pub struct ResumedRun {
     /// The directory.
     pub dir: RunDir,
-    /// Its configuration, with the new `max_steps` if one was given.
+    /// Its configuration, with the new `max_steps` or `time_budget_seconds` if one was given.
     pub config: TrainConfig,
     /// Its tokenizer.
     pub tokenizer: WordPieceTokenizer,
@@ -175,16 +179,25 @@ pub struct ResumedRun {
 }
 
 impl ResumedRun {
-    /// Opens the run in `path` to continue it to `max_steps` (its own if `None`). The
-    /// writer locks it; a `reader` (a rank > 0 of a data-parallel run, which writes nothing)
-    /// does not.
+    /// Opens the run in `path` to continue it: a run by step count to `max_steps` (its own
+    /// if `None`), a run by the clock to `time_budget_seconds` of training in all (its own
+    /// budget if `None`; the learning rate then follows the new budget from the time already
+    /// spent, as it follows a new `max_steps` from the step reached). The writer locks it; a
+    /// `reader` (a rank > 0 of a data-parallel run, which writes nothing) does not.
     ///
     /// # Errors
     /// [`TrainError::RunInUse`] while another process writes it; [`TrainError::Checkpoint`]
     /// if no complete checkpoint exists; [`TrainError::InvalidInput`] for an imported run (no
-    /// optimizer state); [`TrainError::Config`] if it is already at `max_steps` or its
+    /// optimizer state); [`TrainError::BudgetSpent`] if it trains by the clock and has spent
+    /// the budget; [`TrainError::Config`] if it is already at `max_steps`, for a `max_steps`
+    /// on a run by the clock or a `time_budget_seconds` on a run by step count, or if its
     /// tokenizer is not its vocabulary.
-    pub fn open(path: &Path, max_steps: Option<usize>, reader: bool) -> Result<Self, TrainError> {
+    pub fn open(
+        path: &Path,
+        max_steps: Option<usize>,
+        time_budget_seconds: Option<f64>,
+        reader: bool,
+    ) -> Result<Self, TrainError> {
         let dir = RunDir(path.to_path_buf());
         // Locked first, so that a run still preparing its data is reported as busy; a folder
         // that is no run at all gets no lock file.
@@ -203,16 +216,7 @@ impl ResumedRun {
                 from.display()
             )));
         }
-        config.max_steps = max_steps.unwrap_or(config.max_steps);
-        config.validate()?;
-        if done.step >= config.max_steps {
-            return Err(TrainError::Config(format!(
-                "{} is already at step {} of max_steps {}: pass a larger --max-steps to continue",
-                path.display(),
-                done.step,
-                config.max_steps
-            )));
-        }
+        continue_to(&mut config, &done, path, max_steps, time_budget_seconds)?;
         let tokenizer = WordPieceTokenizer::from_file(&dir.tokenizer())?;
         if tokenizer.vocab_size() != config.model.vocab_size {
             return Err(TrainError::Config(format!(
@@ -239,6 +243,58 @@ impl ResumedRun {
     pub fn commit(&self) -> Result<(), TrainError> {
         write_json(&self.dir.config(), &self.config)?;
         checkpoint::remove_partial(&self.dir.0).map(drop)
+    }
+}
+
+/// Sets where the run in `path` (`config`, at `done`) ends when resumed, and checks that it
+/// has something left to train: a new `max_steps` for a run by step count, a new total
+/// `time_budget` for a run by the clock; a run keeps its kind.
+///
+/// # Errors
+/// [`TrainError::BudgetSpent`] for a run by the clock with no time left;
+/// [`TrainError::Config`] for a run by step count at its `max_steps`, for a setting of the
+/// other kind of run, or one that [`TrainConfig::validate`] refuses.
+fn continue_to(
+    config: &mut TrainConfig,
+    done: &RunState,
+    path: &Path,
+    max_steps: Option<usize>,
+    time_budget: Option<f64>,
+) -> Result<(), TrainError> {
+    let refuse =
+        |message: String| Err(TrainError::Config(format!("{}: {message}", path.display())));
+    match (config.time_budget_seconds, max_steps, time_budget) {
+        (None, _, Some(_)) => {
+            return refuse(format!(
+                "it trains by step count (to max_steps {}); --time-budget is for a run \
+                 started with one (pass --max-steps to extend this one)",
+                config.max_steps
+            ));
+        }
+        (Some(budget), Some(_), _) => {
+            return refuse(format!(
+                "it trains by the clock (a time budget of {}); --max-steps does not end it \
+                 (pass a larger --time-budget to extend it)",
+                crate::config::human_duration(budget)
+            ));
+        }
+        (Some(_), None, Some(budget)) => config.time_budget_seconds = Some(budget),
+        (_, max_steps, _) => config.max_steps = max_steps.unwrap_or(config.max_steps),
+    }
+    config.validate()?;
+    match config.time_budget_seconds {
+        Some(budget) if done.elapsed_seconds >= budget => Err(TrainError::BudgetSpent {
+            dir: path.to_path_buf(),
+            budget_seconds: budget,
+            elapsed_seconds: done.elapsed_seconds,
+        }),
+        None if done.step >= config.max_steps => Err(TrainError::Config(format!(
+            "{} is already at step {} of max_steps {}: pass a larger --max-steps to continue",
+            path.display(),
+            done.step,
+            config.max_steps
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -286,4 +342,102 @@ pub fn write_imported<B: Backend>(
     };
     checkpoint::save_model(path, model, &state)?;
     write_json(&dir.config(), config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(step: usize, elapsed_seconds: f64) -> RunState {
+        RunState {
+            step,
+            elapsed_seconds,
+            tokens_seen: 0,
+        }
+    }
+
+    fn by_clock(budget: f64) -> TrainConfig {
+        TrainConfig::new("corpus".into()).with_time_budget_seconds(Some(budget))
+    }
+
+    fn message(result: Result<(), TrainError>) -> String {
+        result.unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_run_by_the_clock_resumes_with_its_budget_or_a_new_total() {
+        let path = Path::new("run");
+        let mut config = by_clock(300.0);
+        continue_to(&mut config, &at(40, 120.0), path, None, None).unwrap();
+        assert_eq!(config.time_budget_seconds, Some(300.0));
+        continue_to(&mut config, &at(40, 120.0), path, None, Some(600.0)).unwrap();
+        assert_eq!(config.time_budget_seconds, Some(600.0));
+        assert_eq!(
+            config.max_steps, 1200,
+            "max_steps, the warm-up share, is kept"
+        );
+    }
+
+    #[test]
+    fn a_run_by_the_clock_with_its_budget_spent_has_nothing_left_to_train() {
+        let path = Path::new("run");
+        for (budget, new) in [(300.0, None), (300.0, Some(200.0)), (100.0, Some(300.5))] {
+            let mut config = by_clock(budget);
+            match continue_to(&mut config, &at(900, 300.5), path, None, new) {
+                Err(e @ TrainError::BudgetSpent { .. }) => {
+                    let text = e.to_string();
+                    assert!(text.contains("nothing left to train"), "{text}");
+                    assert!(text.contains("larger --time-budget"), "{text}");
+                }
+                other => panic!("{budget} {new:?}: {other:?}"),
+            }
+        }
+        let mut config = by_clock(300.0);
+        continue_to(&mut config, &at(900, 300.5), path, None, Some(301.0)).unwrap();
+    }
+
+    #[test]
+    fn a_run_keeps_its_kind_when_resumed() {
+        let path = Path::new("run");
+        let text = message(continue_to(
+            &mut by_clock(300.0),
+            &at(40, 100.0),
+            path,
+            Some(2000),
+            None,
+        ));
+        assert!(
+            text.contains("trains by the clock (a time budget of 5m)"),
+            "{text}"
+        );
+        let mut by_steps = TrainConfig::new("corpus".into());
+        let text = message(continue_to(
+            &mut by_steps,
+            &at(40, 100.0),
+            path,
+            None,
+            Some(600.0),
+        ));
+        assert!(
+            text.contains("trains by step count (to max_steps 1200)"),
+            "{text}"
+        );
+        assert_eq!(by_steps.time_budget_seconds, None);
+        continue_to(&mut by_steps, &at(40, 100.0), path, Some(2000), None).unwrap();
+        assert_eq!(by_steps.max_steps, 2000);
+        let text = message(continue_to(&mut by_steps, &at(2000, 1.0), path, None, None));
+        assert!(
+            text.contains("is already at step 2000 of max_steps 2000"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_state_without_elapsed_time_reads_as_none_spent() {
+        let state: RunState = serde_json::from_str(r#"{"step": 5, "tokens_seen": 10}"#).unwrap();
+        assert_eq!(
+            (state.step, state.elapsed_seconds, state.tokens_seen),
+            (5, 0.0, 10)
+        );
+    }
 }

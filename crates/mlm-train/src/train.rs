@@ -15,7 +15,7 @@ use crate::data::{self, BatchSchedule, WordPieceTokenizer};
 use crate::distributed::ProcessGroup;
 use crate::error::{TrainError, write_json};
 use crate::eval::EvalMetrics;
-use crate::progress::Progress;
+use crate::progress::{Progress, RunEnd};
 use crate::report::{MetricsLog, MetricsRow, Summary, plot_loss_curve};
 use crate::run_dir::{NewRun, ResumedRun, RunDir};
 use crate::stop::StopSignal;
@@ -99,35 +99,39 @@ fn start<B: AutodiffBackend>(
 }
 
 /// Continues the run in `run_dir` from its newest complete checkpoint, optionally to a
-/// new `max_steps`.
+/// new `max_steps` (a run by step count); a run by the clock continues with what is left
+/// of its time budget.
 ///
 /// # Errors
 /// As [`train`] ([`TrainError::RunInUse`] while another process writes `run_dir`), and
 /// those of [`ResumedRun::open`] ([`TrainError::Checkpoint`] if no complete checkpoint
-/// exists).
+/// exists; [`TrainError::BudgetSpent`] for a run by the clock with no time left).
 pub fn resume<B: AutodiffBackend>(
     run_dir: &Path,
     max_steps: Option<usize>,
     device: &B::Device,
     backend: &str,
 ) -> Result<Summary, TrainError> {
-    resume_with::<B>(run_dir, max_steps, device, backend, None)
+    resume_with::<B>(run_dir, max_steps, None, device, backend, None)
 }
 
-/// [`resume`], as one rank of a data-parallel run ([`train_with`]): every rank reads the
-/// run's folder (on one machine, or a shared disk), rank 0 alone writes it.
+/// [`resume`], as one rank of a data-parallel run ([`train_with`]) if `group` is given:
+/// every rank reads the run's folder (on one machine, or a shared disk), rank 0 alone
+/// writes it. `time_budget_seconds` gives a run by the clock a new total budget, elapsed
+/// time included ([`ResumedRun::open`]).
 ///
 /// # Errors
 /// As [`resume`] and [`train_with`].
 pub fn resume_with<B: AutodiffBackend>(
     run_dir: &Path,
     max_steps: Option<usize>,
+    time_budget_seconds: Option<f64>,
     device: &B::Device,
     backend: &str,
     group: Option<&ProcessGroup>,
 ) -> Result<Summary, TrainError> {
     let writer = writes_run(group);
-    let resumed = ResumedRun::open(run_dir, max_steps, !writer)?;
+    let resumed = ResumedRun::open(run_dir, max_steps, time_budget_seconds, !writer)?;
     check_group(&resumed.config, group)?;
     let prepared = prepare_data(&resumed.config, Some(resumed.tokenizer.clone()))?;
     if writer {
@@ -203,8 +207,9 @@ fn prepare_data(
     Ok(prepared)
 }
 
-/// Trains from `resume_from` (or from scratch) to `config.max_steps`, or until a stop
-/// request, then writes the plot and the summary (where `dir` is given: the writer).
+/// Trains from `resume_from` (or from scratch) to `config.max_steps` or to the end of the
+/// time budget, or until a stop request, then writes the plot and the summary (where `dir`
+/// is given: the writer).
 fn run<B: AutodiffBackend>(
     config: &TrainConfig,
     dir: Option<&RunDir>,
@@ -237,7 +242,14 @@ fn run<B: AutodiffBackend>(
             config.grad_accumulation,
             config.seed,
         ),
-        progress: Progress::new(done, config.max_steps),
+        progress: Progress::new(
+            done,
+            trainer.state().elapsed_seconds,
+            match config.time_budget_seconds {
+                Some(budget) => RunEnd::Budget(budget),
+                None => RunEnd::Step(config.max_steps),
+            },
+        ),
         baseline: data::unigram_baseline(
             &sequences,
             &tokenizer.special_ids,
@@ -301,8 +313,9 @@ struct Session<'a, B: AutodiffBackend> {
 }
 
 impl<B: AutodiffBackend> Session<'_, B> {
-    /// Steps until `max_steps` or a stop request; returns the last step's evaluation (if that
-    /// step was evaluated) and the signal (of any rank) that ended the run early.
+    /// Steps until `max_steps` (by the clock: until a step finds the time budget spent) or a
+    /// stop request; returns the last step's evaluation (if that step was evaluated) and the
+    /// signal (of any rank) that ended the run early.
     fn train(&mut self) -> Result<(Option<EvalMetrics>, Option<StopSignal>), TrainError> {
         let first = self.trainer.state().step + 1;
         // A signal during data preparation: stop before training anything.
@@ -314,22 +327,30 @@ impl<B: AutodiffBackend> Session<'_, B> {
             });
         }
         let (config, mut final_eval) = (self.config, None);
-        for step in first..=config.max_steps {
+        // A run by the clock ends when a step says its budget is spent.
+        let end = match config.time_budget_seconds {
+            Some(_) => usize::MAX,
+            None => config.max_steps,
+        };
+        for step in first..=end {
             let out = self
                 .trainer
                 .step(self.schedule.step(step))
                 .inspect_err(|_| self.progress.abandon())?;
             self.log(out.row("train", out.loss, out.accuracy))?;
-            self.progress.step(step, out.loss, out.tokens_per_second);
+            let elapsed = out.elapsed_seconds;
+            self.progress
+                .step(step, elapsed, out.loss, out.tokens_per_second);
             // A stop request ends the run here, as if this were its last step, except that no
             // metrics row is added: a resumed run then writes the same metrics.csv as an
             // uninterrupted one.
-            let last = step == config.max_steps;
+            let last = step == end || out.budget_spent;
             let stopped = out.stop_requested.filter(|_| !last);
             // The summary's evaluation is of the last step's weights.
             final_eval = None;
             if step.is_multiple_of(config.eval_every) || last {
-                self.progress.log(step, out.loss, out.tokens_per_second);
+                self.progress
+                    .log(step, elapsed, out.loss, out.tokens_per_second);
                 let eval = self.trainer.validate(self.held_out, self.tokenizer)?;
                 self.log(out.row("valid", eval.loss, eval.accuracy))?;
                 self.progress
@@ -344,6 +365,9 @@ impl<B: AutodiffBackend> Session<'_, B> {
             if stopped.is_some() {
                 self.progress.abandon();
                 return Ok((final_eval, stopped));
+            }
+            if last {
+                break;
             }
         }
         self.progress.finish();

@@ -6,6 +6,11 @@
 //! mask each micro-batch of the global batch → split it into shards (this rank's share) →
 //! forward and backward of Σ loss ÷ the **global** masked count → sum over shards and ranks
 //! → clip by the global norm → AdamW at the scheduled learning rate.
+//!
+//! The schedule runs against the step, or, for a run by the clock
+//! ([`TrainConfig::time_budget_seconds`]), against rank 0's clock, read once the step's
+//! gradients are computed and carried to every rank in the step's sum as the share of the
+//! budget spent: every rank uses the same learning rate and ends after the same step.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -17,7 +22,7 @@ use burn::tensor::backend::AutodiffBackend;
 use mlm_core::{MaskedBatch, MaskedCrossEntropy, Masker};
 
 use crate::checkpoint::{self, RunState};
-use crate::config::{TrainConfig, learning_rate};
+use crate::config::{TrainConfig, learning_rate, learning_rate_at};
 use crate::data::{WordPieceTokenizer, mask_shards, to_device};
 use crate::error::TrainError;
 use crate::eval::{EvalMetrics, evaluate};
@@ -28,7 +33,8 @@ use crate::seed::{Stream, derive_seed};
 use crate::stop::StopSignal;
 
 /// Sums what every rank computed in one step: the gradients, and `[loss sum, correct
-/// predictions, stop requests]`. The identity for a single process; across processes,
+/// predictions, stop requests, progress]`, where only rank 0 gives its progress through the
+/// time budget (elapsed ÷ budget; 0 for a run by step count) and the others 0. The identity for a single process; across processes,
 /// [`crate::distributed`].
 pub trait GradientSync<B: AutodiffBackend> {
     /// The sums over all ranks of `grads` (this rank's, for the parameters of `model`) and
@@ -40,8 +46,8 @@ pub trait GradientSync<B: AutodiffBackend> {
         &mut self,
         model: &BertForMaskedLm<B>,
         grads: GradientsParams,
-        totals: [f64; 3],
-    ) -> Result<(GradientsParams, [f64; 3]), TrainError>;
+        totals: [f64; 4],
+    ) -> Result<(GradientsParams, [f64; 4]), TrainError>;
 
     /// What the sums cost so far.
     fn traffic(&self) -> Traffic;
@@ -75,6 +81,10 @@ pub struct StepOutput {
     pub accuracy: f64,
     /// The learning rate this step used.
     pub learning_rate: f64,
+    /// Whether the run's time budget was spent when this step's gradients were computed
+    /// (by rank 0's clock): the run ends after this step. Always `false` for a run by step
+    /// count.
+    pub budget_spent: bool,
     /// Global L2 norm of the gradient before clipping.
     pub grad_norm: f64,
     /// Training tokens per second of wall time in this session.
@@ -150,7 +160,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                 .with_weight_decay(config.weight_decay as f32)
                 .with_epsilon(1e-6)
                 .init(),
-            masker: tokenizer.masker(config.mlm_probability, config.seed)?,
+            masker: tokenizer.masker(config.mlm_probability, config.masking, config.seed)?,
             loss_fn: MaskedCrossEntropy::default(),
             segment: Segment::at(&state),
             state,
@@ -219,7 +229,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             .map(|shard| to_device(shard, self.pad_id, &self.device))
             .collect();
         let mut accumulator = GradientsAccumulator::<BertForMaskedLm<B>>::new();
-        let mut totals = [0.0, 0.0, StopSignal::code(crate::stop::requested())];
+        let mut totals = [0.0, 0.0, StopSignal::code(crate::stop::requested()), 0.0];
         let parallel = self.config.model.hidden_dropout_prob == 0.0
             && self.config.model.attention_probs_dropout_prob == 0.0;
         for shard in shard_gradients(&self.model, shards, &self.loss_fn, n_masked, parallel)? {
@@ -228,6 +238,10 @@ impl<B: AutodiffBackend> Trainer<B> {
             accumulator.accumulate(&self.model, shard.grads);
         }
         let mut grads = accumulator.grads();
+        if let (0, Some(budget)) = (self.rank.rank, self.config.time_budget_seconds) {
+            let clock = self.segment.elapsed_before + self.segment.started.elapsed().as_secs_f64();
+            totals[3] = clock / budget;
+        }
         if let Some(sync) = self.sync.as_mut() {
             (grads, totals) = sync.all_reduce(&self.model, grads, totals)?;
         }
@@ -242,7 +256,7 @@ impl<B: AutodiffBackend> Trainer<B> {
                 });
             }
         }
-        let lr = learning_rate(&self.config, step);
+        let (lr, budget_spent) = self.schedule(step, totals[3]);
         self.model = self.optimizer.step(lr, self.model.clone(), grads);
         self.state.step = step;
         self.state.tokens_seen += n_tokens as u64;
@@ -253,6 +267,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             loss,
             accuracy: totals[1] / n_masked.max(1) as f64,
             learning_rate: lr,
+            budget_spent,
             grad_norm,
             tokens_per_second: (self.state.tokens_seen - self.segment.tokens_before) as f64
                 / session,
@@ -262,6 +277,19 @@ impl<B: AutodiffBackend> Trainer<B> {
             stop_requested: StopSignal::from_sum(totals[2])
                 .or_else(|| crate::stop::requested().filter(|_| self.sync.is_none())),
         })
+    }
+
+    /// The learning rate of `step`, and whether the time budget is spent, at `progress`
+    /// (elapsed time ÷ time budget): by step count, or by the clock ([`learning_rate_at`]).
+    fn schedule(&self, step: usize, progress: f64) -> (f64, bool) {
+        let config = &self.config;
+        match config.time_budget_seconds {
+            Some(_) => {
+                let lr = learning_rate_at(config.learning_rate, config.warmup_fraction(), progress);
+                (lr, progress >= 1.0)
+            }
+            None => (learning_rate(config, step), false),
+        }
     }
 
     /// Masks every micro-batch whole and splits it into `world_size × parallel_shards`
@@ -345,7 +373,12 @@ impl<B: AutodiffBackend> Trainer<B> {
             tokens_per_second: state.tokens_seen as f64 / state.elapsed_seconds.max(1e-9),
             wall_time_seconds: state.elapsed_seconds,
             steps: state.step,
-            max_steps: self.config.max_steps,
+            // A run by the clock has no last step: its end is the budget.
+            max_steps: match self.config.time_budget_seconds {
+                Some(_) => 0,
+                None => self.config.max_steps,
+            },
+            time_budget_seconds: self.config.time_budget_seconds,
             stopped_by: stopped_by.map(Into::into),
             last_segment: self.segment.report(state),
             world_size: self.rank.world_size,

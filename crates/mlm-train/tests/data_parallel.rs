@@ -2,7 +2,8 @@
 //! process with the same global batch: the same per-step loss and the same final weights,
 //! also across a resume of both ranks; and a rank that never starts or dies gives the other
 //! a clear error within a bounded time, leaving a resumable run; ranks that disagree on a
-//! setting refuse to start, and a signal to one rank stops them all after the same step.
+//! setting refuse to start, and a signal to one rank stops them all after the same step, as
+//! the end of a time budget does.
 //! Rows of README "Scale out".
 
 mod common;
@@ -190,9 +191,9 @@ fn two_ranks_train_what_one_process_trains_with_their_global_batch() {
     let s = summary(&two);
     assert_eq!(s.world_size, 2);
     let traffic = s.all_reduce.expect("a two-rank run reports its all-reduce");
-    // Every gradient in f32, and the step's three totals.
+    // Every gradient in f32, and the step's four totals (loss, correct, stop, progress).
     let parameters = final_weights(&two).len();
-    assert_eq!(traffic.bytes_per_step, 4 * (parameters + 3));
+    assert_eq!(traffic.bytes_per_step, 4 * (parameters + 4));
     // Rank 1 wrote nothing: the only files are rank 0's run and the two config files.
     let mut names: Vec<_> = std::fs::read_dir(tmp.path())
         .unwrap()
@@ -231,6 +232,49 @@ fn a_two_rank_run_resumes_as_one_process_resumes() {
     })));
     assert_same_training(&one, &two, 20);
     assert_eq!(summary(&two).last_segment.first_step, 11);
+}
+
+#[test]
+fn two_ranks_by_the_clock_follow_rank_0s_clock_and_end_after_the_same_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let port = free_ports();
+    let by_clock = config(8, 1)
+        .with_eval_every(100_000)
+        .with_checkpoint_every(100_000);
+    let outputs = run_together(
+        (0..2)
+            .map(|rank| {
+                let mut flags = rank_flags(rank, port, 20);
+                flags.extend(["--world-size", "2", "--time-budget", "3s"].map(String::from));
+                train(&by_clock, &run, &flags)
+            })
+            .collect(),
+    );
+    // A rank that went on past the other's last step would wait for its sum and time out.
+    assert_success(&outputs);
+    let s = summary(&run);
+    assert_eq!(s.time_budget_seconds, Some(3.0));
+    assert!(s.wall_time_seconds >= 3.0, "{} s", s.wall_time_seconds);
+    for (rank, out) in outputs.iter().enumerate() {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = format!("trained by the clock: {} steps in ", s.steps);
+        assert!(stdout.contains(&line), "rank {rank}: {stdout}");
+    }
+    // The learning rate rises, then falls to 0 at the step that found the budget spent.
+    let lrs: Vec<f64> = read_metrics(&run.join("metrics.csv"))
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.split == "train")
+        .map(|r| r.learning_rate)
+        .collect();
+    assert_eq!(lrs.len(), s.steps);
+    let peak = by_clock.learning_rate;
+    assert!(
+        lrs[0] < peak && lrs.iter().any(|&lr| lr > 0.5 * peak),
+        "{lrs:?}"
+    );
+    assert_eq!(*lrs.last().unwrap(), 0.0);
 }
 
 #[test]

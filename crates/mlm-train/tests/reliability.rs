@@ -12,7 +12,7 @@ use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use common::{copy_dir, micro_config, parameters, path_arg, steps, train_losses};
 use mlm_train::checkpoint;
-use mlm_train::config::config_with_overrides;
+use mlm_train::config::{Masking, config_with_overrides};
 use mlm_train::predict::TrainedRun;
 use mlm_train::report::{MetricsRow, read_metrics};
 use mlm_train::{BertConfig, BertForMaskedLm, TrainError};
@@ -176,8 +176,8 @@ fn the_cli_refuses_settings_on_resume_a_zero_top_k_and_a_too_short_sequence() {
 }
 
 /// `--config FILE` may give only the fields to change; a misspelt field is an error that
-/// names it; and a run directory written before the model's init flags existed still loads,
-/// with the flags off (as that run was made).
+/// names it; and a run directory written before the model's init flags or `masking` existed
+/// still loads, with the flags off and token masking (as that run was made).
 #[test]
 fn partial_config_files_and_configs_of_older_runs_load() {
     let tmp = tempfile::tempdir().unwrap();
@@ -210,10 +210,24 @@ fn partial_config_files_and_configs_of_older_runs_load() {
     let model = json["model"].as_object_mut().unwrap();
     model.remove("sinusoidal_positions");
     model.remove("local_attention_init");
+    json.as_object_mut().unwrap().remove("masking");
     std::fs::write(old_run.join("config.json"), json.to_string()).unwrap();
     let loaded = RunDir(old_run).load_config().unwrap();
     assert!(!loaded.model.local_attention_init && !loaded.model.sinusoidal_positions);
     assert_eq!(loaded.max_steps, defaults.max_steps);
+    assert_eq!(loaded.masking, Masking::Token);
+
+    std::fs::write(&file, r#"{"masking": "span"}"#).unwrap();
+    let config = config_with_overrides(&file, &defaults).unwrap();
+    assert_eq!(config.masking, Masking::Span);
+    std::fs::write(&file, r#"{"masking": "spans"}"#).unwrap();
+    match config_with_overrides(&file, &defaults) {
+        Err(TrainError::Config(m)) => assert!(
+            m.contains("masking: unknown variant `spans`, expected `token` or `span`"),
+            "{m}"
+        ),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

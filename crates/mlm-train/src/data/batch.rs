@@ -148,6 +148,12 @@ fn shard(masked: &MaskedBatch, rows: std::ops::Range<usize>) -> MaskedBatch {
             .filter(|(sequence, _)| rows.contains(sequence))
             .map(|&(sequence, position)| (sequence - rows.start, position))
             .collect(),
+        spans: masked
+            .spans
+            .iter()
+            .filter(|(sequence, _)| rows.contains(sequence))
+            .map(|(sequence, span)| (sequence - rows.start, span.clone()))
+            .collect(),
     }
 }
 

@@ -16,8 +16,9 @@ use tokenizers::{
     PreTokenizer, Tokenizer,
 };
 
-use mlm_core::{Masker, MaskingConfig};
+use mlm_core::{Masker, MaskingConfig, SpanMaskingConfig};
 
+use crate::config::Masking;
 use crate::error::TrainError;
 
 /// BERT's special tokens, in the order a trained vocabulary assigns their ids (0..5).
@@ -180,17 +181,29 @@ impl WordPieceTokenizer {
 
     /// A masker over this vocabulary that never selects a special token, at
     /// `mlm_probability` (BERT §3.1: 0.15) with 80/10/10 replacement; batch `k` of a run is
-    /// drawn with generator `k` of `seed` ([`Masker::resume_at`]).
+    /// drawn with generator `k` of `seed` ([`Masker::resume_at`]). [`Masking::Span`] selects
+    /// SpanBERT's spans ([`SpanMaskingConfig`] defaults: Geo(0.2), at most 10 words), whose
+    /// word boundaries are this vocabulary's `##` continuation pieces.
     ///
     /// # Errors
-    /// [`mlm_core::MlmError`] for an `mlm_probability` outside (0, 1].
-    pub fn masker(&self, mlm_probability: f64, seed: u64) -> Result<Masker, TrainError> {
-        Ok(
-            MaskingConfig::new(self.vocab_size(), self.mask_id, self.special_ids.clone())
-                .with_mlm_probability(mlm_probability)
-                .with_seed(seed)
-                .init()?,
-        )
+    /// [`mlm_core::MlmError`] for an `mlm_probability` outside (0, 1]; for span masking,
+    /// [`TrainError::Tokenizer`] if the ids have gaps ([`vocab`](Self::vocab)).
+    pub fn masker(
+        &self,
+        mlm_probability: f64,
+        masking: Masking,
+        seed: u64,
+    ) -> Result<Masker, TrainError> {
+        let config = MaskingConfig::new(self.vocab_size(), self.mask_id, self.special_ids.clone())
+            .with_mlm_probability(mlm_probability)
+            .with_seed(seed);
+        Ok(match masking {
+            Masking::Token => config.init()?,
+            Masking::Span => config
+                .with_span(Some(SpanMaskingConfig::new()))
+                .init()?
+                .with_wordpiece_vocab(&self.vocab()?)?,
+        })
     }
 
     /// Number of tokens in the vocabulary.
@@ -280,4 +293,41 @@ fn bert_pipeline(model: WordPiece) -> Tokenizer {
     tokenizer.with_normalizer(Some(BertNormalizer::default()));
     tokenizer.with_pre_tokenizer(Some(BertPreTokenizer));
     tokenizer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--masking span` builds a span masker whose words are this vocabulary's: no span
+    /// starts or ends inside a word, and `--masking token` selects single tokens.
+    #[test]
+    fn span_maskers_read_words_from_the_vocabulary() {
+        let text = "the unbelievable mountaineers reconsidered their extraordinary \
+                    expeditions; nevertheless, the mountaineers kept climbing";
+        let tokenizer = WordPieceTokenizer::train(std::iter::repeat_n(text, 4), 60).unwrap();
+        let vocab = tokenizer.vocab().unwrap();
+        let mut ids = vec![tokenizer.cls_id];
+        ids.extend(tokenizer.encode(text).unwrap());
+        ids.push(tokenizer.sep_id);
+        let is_piece = |id: u32| vocab[id as usize].starts_with("##");
+        assert!(
+            ids.iter().filter(|&&id| is_piece(id)).count() > 5,
+            "{ids:?}"
+        );
+        let input = vec![ids.clone(); 200];
+        let mut masker = tokenizer.masker(0.3, Masking::Span, 7).unwrap();
+        let batch = masker.mask(&input).unwrap();
+        assert!(batch.spans.iter().any(|(_, span)| span.len() > 1));
+        for (_, span) in &batch.spans {
+            assert!(
+                !is_piece(ids[span.start]),
+                "span {span:?} starts inside a word"
+            );
+            assert!(!is_piece(ids[span.end]), "span {span:?} ends inside a word");
+        }
+        let mut masker = tokenizer.masker(0.3, Masking::Token, 7).unwrap();
+        let batch = masker.mask(&input).unwrap();
+        assert!(batch.spans.iter().all(|(_, span)| span.len() == 1));
+    }
 }

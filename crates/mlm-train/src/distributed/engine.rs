@@ -193,8 +193,8 @@ impl<B: AutodiffBackend> GradientSync<B> for CollectiveSum<B> {
         &mut self,
         model: &BertForMaskedLm<B>,
         grads: GradientsParams,
-        totals: [f64; 3],
-    ) -> Result<(GradientsParams, [f64; 3]), TrainError> {
+        totals: [f64; 4],
+    ) -> Result<(GradientsParams, [f64; 4]), TrainError> {
         let device = model.devices()[0].clone();
         let mut flat = Flatten::<B> {
             grads: &grads,
@@ -204,7 +204,7 @@ impl<B: AutodiffBackend> GradientSync<B> for CollectiveSum<B> {
         let totals = totals.map(|t| t as f32);
         let inner = Tensor::<B, 1>::zeros([1], &device).inner().device();
         flat.parts.push(Tensor::from_data(
-            TensorData::new(totals.to_vec(), [3]),
+            TensorData::new(totals.to_vec(), [totals.len()]),
             &inner,
         ));
         let local = Tensor::cat(flat.parts, 0);
@@ -217,9 +217,9 @@ impl<B: AutodiffBackend> GradientSync<B> for CollectiveSum<B> {
             grads: GradientsParams::new(),
         };
         model.visit(&mut split);
-        let rest = split.flat.slice(split.offset..split.offset + 3).into_data();
+        let rest = split.flat.slice(split.offset..split.offset + 4).into_data();
         let rest = rest.to_vec::<f32>().expect("f32 totals");
-        Ok((split.grads, [0, 1, 2].map(|i| f64::from(rest[i]))))
+        Ok((split.grads, [0, 1, 2, 3].map(|i| f64::from(rest[i]))))
     }
 }
 

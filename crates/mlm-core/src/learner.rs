@@ -1,0 +1,251 @@
+//! mlm-core inside burn-train: a [`Batcher`] that pads and masks, and an output type that
+//! feeds burn-train's loss, accuracy and perplexity metrics with the masked positions only.
+//!
+//! ```text
+//! token-id sequences ──MlmBatcher (pad, 80/10/10)──▶ MlmBatch ──your encoder + MlmHead──▶
+//!   logits [n_masked, vocab] ──masked_cross_entropy──▶ MlmOutput ──▶ LossMetric, AccuracyMetric,
+//!                                                                    PerplexityMetric
+//! ```
+//!
+//! Behind the `train` feature of `mlm-core`. Your model implements burn-train's `TrainStep`
+//! and `InferenceStep` with [`MlmBatch`] as input and [`MlmOutput`] as output;
+//! `examples/learner.rs` of the repository is a whole run.
+
+use burn::data::dataloader::batcher::Batcher;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Int, Tensor, TensorData, Transaction};
+use burn_flex::Flex;
+use burn_train::ItemLazy;
+use burn_train::metric::{AccuracyInput, Adaptor, LossInput, PerplexityInput};
+
+use crate::{MaskedBatch, Masker, MlmError, MlmLossOutput};
+
+/// Pads a list of token-id sequences into a batch and corrupts it with a [`Masker`]
+/// (BERT's 80/10/10, or whatever the masker is configured for): burn's [`Batcher`] for MLM.
+///
+/// **Masks are a function of the seed and the batch's content.** burn's `Batcher` is not told
+/// a batch's index, and with several DataLoader workers batches are built in whatever order
+/// the threads run. So batch masks are drawn from the masker's generator keyed by
+/// `(seed, hash of the batch's token ids in order)` (FNV-1a, the same on every platform): a
+/// batch gets the same masks whichever worker builds it and however often it is rebuilt, and
+/// a DataLoader that shuffles each epoch makes new batches, hence new masks, every epoch
+/// (dynamic masking, RoBERTa, Liu et al. 2019, §4.1).
+#[derive(Debug, Clone)]
+pub struct MlmBatcher {
+    masker: Masker,
+    pad_token_id: u32,
+}
+
+impl MlmBatcher {
+    /// A batcher that corrupts with `masker` and pads with `pad_token_id`.
+    ///
+    /// # Errors
+    /// [`MlmError::TokenIdOutOfVocab`] if `pad_token_id` is not below the masker's `vocab_size`.
+    pub fn new(masker: Masker, pad_token_id: u32) -> Result<Self, MlmError> {
+        let vocab_size = masker.config().vocab_size;
+        if pad_token_id as usize >= vocab_size {
+            return Err(MlmError::TokenIdOutOfVocab {
+                name: "pad_token_id",
+                id: pad_token_id,
+                vocab_size,
+            });
+        }
+        Ok(Self {
+            masker,
+            pad_token_id,
+        })
+    }
+
+    /// The corruption of `sequences`, unpadded: what [`Batcher::batch`] puts on the device.
+    ///
+    /// # Errors
+    /// As [`Masker::mask`]: [`MlmError::TokenIdOutOfVocab`] for an id `>= vocab_size`.
+    pub fn mask(&self, sequences: &[Vec<u32>]) -> Result<MaskedBatch, MlmError> {
+        let mut masker = self.masker.clone();
+        masker.resume_at(content_key(sequences));
+        masker.mask(sequences)
+    }
+}
+
+/// FNV-1a over the lengths and ids of `sequences`: the key of a batch's mask generator.
+fn content_key(sequences: &[Vec<u32>]) -> u64 {
+    const PRIME: u64 = 0x0100_0000_01b3;
+    let words = sequences
+        .iter()
+        .flat_map(|ids| std::iter::once(ids.len() as u32).chain(ids.iter().copied()));
+    words.fold(0xcbf2_9ce4_8422_2325, |hash, word| {
+        word.to_le_bytes().iter().fold(hash, |hash, &byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(PRIME)
+        })
+    })
+}
+
+/// A padded, masked batch on the device, as [`MlmBatcher`] builds it.
+#[derive(Debug, Clone)]
+pub struct MlmBatch<B: Backend> {
+    /// Corrupted input ids, `[batch, seq]`, padded at the end with the pad token to the
+    /// longest sequence of the batch.
+    pub input_ids: Tensor<B, 2, Int>,
+    /// `[batch, seq]`, `true` at padding: burn-nn's `mask_pad` convention
+    /// (`TransformerEncoderInput::mask_pad`).
+    pub padding_mask: Tensor<B, 2, Bool>,
+    /// Flat indices `b * seq + s` of the masked positions, `[n_masked]`, row-major order:
+    /// the `positions` of [`MlmHead::forward_masked`](crate::MlmHead::forward_masked).
+    pub masked_positions: Tensor<B, 1, Int>,
+    /// The original token at each masked position, `[n_masked]`: the loss's targets.
+    pub targets: Tensor<B, 1, Int>,
+    /// `n_masked`, known on the host, so that no step has to read it back from the device.
+    pub n_masked: usize,
+}
+
+impl<B: Backend> Batcher<B, Vec<u32>, MlmBatch<B>> for MlmBatcher {
+    /// # Panics
+    /// If a token id is not below the masker's `vocab_size` (a `Batcher` cannot return an
+    /// error; check your dataset with [`MlmBatcher::mask`] to get [`MlmError`] instead).
+    fn batch(&self, items: Vec<Vec<u32>>, device: &B::Device) -> MlmBatch<B> {
+        let masked = self
+            .mask(&items)
+            .unwrap_or_else(|e| panic!("MlmBatcher: {e}"));
+        let batch = masked.input_ids.len();
+        let seq = masked.input_ids.iter().map(Vec::len).max().unwrap_or(0);
+        let mut input_ids = Vec::with_capacity(batch * seq);
+        let mut padding = Vec::with_capacity(batch * seq);
+        for ids in &masked.input_ids {
+            input_ids.extend(ids.iter().map(|&id| i64::from(id)));
+            input_ids.extend(std::iter::repeat_n(
+                i64::from(self.pad_token_id),
+                seq - ids.len(),
+            ));
+            padding.extend((0..seq).map(|s| s >= ids.len()));
+        }
+        let positions = masked.flat_positions(seq);
+        let targets = masked.masked_targets();
+        let n_masked = positions.len();
+        MlmBatch {
+            input_ids: Tensor::from_data(TensorData::new(input_ids, [batch, seq]), device),
+            padding_mask: Tensor::from_data(TensorData::new(padding, [batch, seq]), device),
+            masked_positions: Tensor::from_data(TensorData::new(positions, [n_masked]), device),
+            targets: Tensor::from_data(TensorData::new(targets, [n_masked]), device),
+            n_masked,
+        }
+    }
+}
+
+/// What a training or validation step returns to burn-train: the loss and the masked rows'
+/// logits and targets, adapted to burn-train's `LossMetric`, `AccuracyMetric` and
+/// `PerplexityMetric`.
+///
+/// The adaptors keep [`MlmLossOutput`]'s global-count semantics: each metric weighs a batch
+/// by its number of masked positions, so an epoch's value is `Σ loss_sum / Σ n_masked`
+/// (accuracy: `Σ n_correct / Σ n_masked`; perplexity: `exp` of the loss), never a mean of
+/// batch means. Accuracy is over the masked positions only.
+///
+/// A batch with no masked position (every sequence only special tokens, or
+/// `min_predictions_per_seq = 0`) has loss 0; burn-train's `LossMetric` and `AccuracyMetric`
+/// cannot take a batch of weight 0, so it enters them as one position of loss 0 that is
+/// predicted wrongly. `PerplexityMetric` skips it exactly.
+#[derive(Debug, Clone)]
+pub struct MlmOutput<B: Backend> {
+    /// The mean loss over the masked positions, `[1]`, in nats.
+    pub loss: Tensor<B, 1>,
+    /// Logits of the masked positions, `[n_masked, vocab]`.
+    pub logits: Tensor<B, 2>,
+    /// True tokens of the masked positions, `[n_masked]`.
+    pub targets: Tensor<B, 1, Int>,
+}
+
+impl<B: Backend> MlmOutput<B> {
+    /// The output of a step from its masked logits, their targets and the loss
+    /// ([`masked_cross_entropy`](crate::masked_cross_entropy) of the two).
+    ///
+    /// # Shapes
+    /// - logits: `[n_masked, vocab]`; targets: `[n_masked]`; `loss.loss`: `[1]`.
+    pub fn new(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>, loss: &MlmLossOutput<B>) -> Self {
+        Self {
+            loss: loss.loss.clone(),
+            logits,
+            targets,
+        }
+    }
+
+    fn n_masked(&self) -> usize {
+        self.targets.dims()[0]
+    }
+
+    /// One wrongly predicted row standing in for an empty batch (see the type's docs).
+    fn empty_stand_in(&self) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+        let [_, vocab] = self.logits.dims();
+        let device = self.logits.device();
+        // Argmax of a zero row is token 0; the target is any other token.
+        let target = i64::from(vocab > 1);
+        (
+            Tensor::zeros([1, vocab], &device),
+            Tensor::from_data(TensorData::new(vec![target], [1]), &device),
+        )
+    }
+}
+
+/// burn-train computes metrics on the host: a step's output is read back in one
+/// [`Transaction`] (one device synchronisation per step, as for burn-train's own
+/// `ClassificationOutput`) into burn-flex, so that training and validation outputs, whatever
+/// their backends, feed the same metric types.
+impl<B: Backend> ItemLazy for MlmOutput<B> {
+    type ItemSync = MlmOutput<Flex>;
+
+    fn sync(self) -> MlmOutput<Flex> {
+        let [loss, logits, targets] = Transaction::default()
+            .register(self.loss)
+            .register(self.logits)
+            .register(self.targets)
+            .execute()
+            .try_into()
+            .expect("a transaction returns what it registered");
+        let device = Default::default();
+        MlmOutput {
+            loss: Tensor::from_data(loss, &device),
+            logits: Tensor::from_data(logits, &device),
+            targets: Tensor::from_data(targets, &device),
+        }
+    }
+}
+
+impl<B: Backend> Adaptor<LossInput<B>> for MlmOutput<B> {
+    /// The mean loss repeated `n_masked` times: `LossMetric` weighs a batch by its length.
+    fn adapt(&self) -> LossInput<B> {
+        let n_masked = self.n_masked().max(1);
+        LossInput::new(self.loss.clone().detach().expand([n_masked]))
+    }
+}
+
+impl<B: Backend> Adaptor<AccuracyInput<B>> for MlmOutput<B> {
+    fn adapt(&self) -> AccuracyInput<B> {
+        if self.n_masked() == 0 {
+            let (logits, targets) = self.empty_stand_in();
+            return AccuracyInput::new(logits, targets);
+        }
+        AccuracyInput::new(self.logits.clone().detach(), self.targets.clone())
+    }
+}
+
+impl<B: Backend> Adaptor<PerplexityInput<B>> for MlmOutput<B> {
+    fn adapt(&self) -> PerplexityInput<B> {
+        PerplexityInput::new(self.logits.clone().detach(), self.targets.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_content_key_separates_order_lengths_and_ids() {
+        let key = |s: &[Vec<u32>]| content_key(s);
+        let a = vec![vec![1, 2], vec![3]];
+        assert_eq!(key(&a), key(&a.clone()));
+        assert_ne!(key(&a), key(&[vec![3], vec![1, 2]]));
+        assert_ne!(key(&a), key(&[vec![1], vec![2, 3]]));
+        assert_ne!(key(&a), key(&[vec![1, 2], vec![4]]));
+        // FNV-1a of no bytes is its offset basis.
+        assert_eq!(key(&[]), 0xcbf2_9ce4_8422_2325);
+    }
+}

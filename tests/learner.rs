@@ -1,0 +1,250 @@
+//! mlm-core inside burn-train: `MlmBatcher` feeds a `DataLoader` with the same masks whichever
+//! worker builds a batch; a few `Learner` epochs lower the loss; and the loss, accuracy and
+//! perplexity burn-train logs equal `masked_cross_entropy`'s global values on the same batches.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use burn::backend::{Autodiff, Flex};
+use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
+use burn::data::dataset::InMemDataset;
+use burn::module::Module;
+use burn::nn::{Embedding, EmbeddingConfig};
+use burn::optim::AdamWConfig;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn_train::metric::{AccuracyMetric, LossMetric, PerplexityMetric};
+use burn_train::{InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep};
+use mlm_core::learner::{MlmBatch, MlmBatcher, MlmOutput};
+use mlm_core::{MaskingConfig, MlmHead, MlmHeadConfig, masked_cross_entropy_with_labels};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+type Train = Autodiff<Flex>;
+type Valid = Flex;
+
+const VOCAB: usize = 64;
+const PAD: u32 = 0;
+const SPECIALS: [u32; 4] = [1, 2, 3, 4]; // [CLS], [SEP], [MASK], [UNK]
+const MASK: u32 = 3;
+const BATCH: usize = 16;
+
+/// The smallest model that learns something: token embeddings and a tied MLM head (it can
+/// learn the unigram law and to copy kept tokens, which is enough for the loss to fall).
+#[derive(Module, Debug)]
+struct TinyMlm<B: Backend> {
+    embedding: Embedding<B>,
+    head: MlmHead<B>,
+}
+
+impl<B: Backend> TinyMlm<B> {
+    fn new(device: &B::Device) -> Self {
+        Self {
+            embedding: EmbeddingConfig::new(VOCAB, 16).init(device),
+            head: MlmHeadConfig::new(16, VOCAB)
+                .with_tie_word_embeddings(true)
+                .init(device),
+        }
+    }
+
+    fn forward(&self, batch: MlmBatch<B>) -> MlmOutput<B> {
+        let hidden = self.embedding.forward(batch.input_ids);
+        let tied = Some(self.embedding.weight.val());
+        let logits = self
+            .head
+            .forward_masked(hidden, batch.masked_positions, tied)
+            .expect("the head fits the embedding");
+        let loss = masked_cross_entropy_with_labels(logits.clone(), batch.targets.clone())
+            .expect("targets are in the vocabulary");
+        MlmOutput::new(logits, batch.targets, &loss)
+    }
+}
+
+impl<B: AutodiffBackend> TrainStep for TinyMlm<B> {
+    type Input = MlmBatch<B>;
+    type Output = MlmOutput<B>;
+
+    fn step(&self, batch: MlmBatch<B>) -> TrainOutput<MlmOutput<B>> {
+        let output = self.forward(batch);
+        TrainOutput::new(self, output.loss.backward(), output)
+    }
+}
+
+impl<B: Backend> InferenceStep for TinyMlm<B> {
+    type Input = MlmBatch<B>;
+    type Output = MlmOutput<B>;
+
+    fn step(&self, batch: MlmBatch<B>) -> MlmOutput<B> {
+        self.forward(batch)
+    }
+}
+
+/// `count` sequences `[CLS] w… [SEP]` of 6 to 24 words drawn from a Zipf-like law over the
+/// non-special ids, so that the unigram entropy lies well below `ln VOCAB`.
+fn sequences(count: usize, seed: u64) -> Vec<Vec<u32>> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let words: Vec<u32> = (5..VOCAB as u32).collect();
+    let weights: Vec<f64> = (1..=words.len()).map(|rank| 1.0 / rank as f64).collect();
+    let total: f64 = weights.iter().sum();
+    (0..count)
+        .map(|_| {
+            let len = rng.random_range(6..=24);
+            let body = (0..len).map(|_| {
+                let mut u = rng.random::<f64>() * total;
+                let pick = weights.iter().position(|w| {
+                    u -= w;
+                    u <= 0.0
+                });
+                words[pick.unwrap_or(words.len() - 1)]
+            });
+            std::iter::once(1)
+                .chain(body)
+                .chain(std::iter::once(2))
+                .collect()
+        })
+        .collect()
+}
+
+fn batcher() -> MlmBatcher {
+    let masker = MaskingConfig::new(VOCAB, MASK, [PAD].into_iter().chain(SPECIALS).collect())
+        .with_seed(7)
+        .init()
+        .expect("a valid masking configuration");
+    MlmBatcher::new(masker, PAD).expect("[PAD] is in the vocabulary")
+}
+
+fn loader<B: Backend>(
+    data: Vec<Vec<u32>>,
+    workers: usize,
+    shuffle: Option<u64>,
+) -> Arc<dyn DataLoader<B, MlmBatch<B>>> {
+    let builder = DataLoaderBuilder::new(batcher())
+        .batch_size(BATCH)
+        .num_workers(workers);
+    let builder = match shuffle {
+        Some(seed) => builder.shuffle(seed),
+        None => builder,
+    };
+    builder.build(InMemDataset::new(data))
+}
+
+/// Every batch of a loader as host vectors (input ids, masked positions, targets), sorted:
+/// the set of batches, whatever order the workers delivered them in.
+fn host_batches(loader: &Arc<dyn DataLoader<Valid, MlmBatch<Valid>>>) -> Vec<Vec<Vec<i64>>> {
+    let ints = |t: burn::tensor::Tensor<Valid, 1, burn::tensor::Int>| {
+        t.into_data().convert::<i64>().into_vec::<i64>().unwrap()
+    };
+    let mut batches: Vec<_> = loader
+        .iter()
+        .map(|b| {
+            vec![
+                ints(b.input_ids.flatten(0, 1)),
+                ints(b.masked_positions),
+                ints(b.targets),
+            ]
+        })
+        .collect();
+    batches.sort();
+    batches
+}
+
+#[test]
+fn masks_do_not_depend_on_the_worker_that_builds_a_batch() {
+    let data = sequences(8 * BATCH, 1);
+    let one = host_batches(&loader::<Valid>(data.clone(), 0, None));
+    let three = host_batches(&loader::<Valid>(data.clone(), 3, None));
+    assert_eq!(one.len(), 8);
+    assert_eq!(one, three, "masks changed with the number of workers");
+    // Each batch is masked, at roughly the 15 % rate, and not all alike.
+    let masked: usize = one.iter().map(|b| b[1].len()).sum();
+    let tokens: usize = data.iter().map(Vec::len).sum();
+    let rate = masked as f64 / tokens as f64;
+    assert!((0.08..0.25).contains(&rate), "masked share {rate}");
+    assert_ne!(one[0][1], one[1][1]);
+}
+
+/// `Σ value·count / Σ count` and the count over the lines `value,count` of a burn-train
+/// metric log, and the last line's value.
+fn logged(dir: &Path, split: &str, epoch: usize, metric: &str) -> (f64, usize, f64) {
+    let path = dir.join(format!("{split}/epoch-{epoch}/{metric}.log"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    let (mut sum, mut count, mut last) = (0.0, 0, f64::NAN);
+    for line in text.lines() {
+        let (value, n) = line.split_once(',').expect("value,count");
+        let (value, n): (f64, usize) = (value.parse().unwrap(), n.parse().unwrap());
+        sum += value * n as f64;
+        count += n;
+        last = value;
+    }
+    (sum / count as f64, count, last)
+}
+
+#[test]
+fn learner_epochs_lower_the_loss_and_its_metrics_are_the_global_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = Default::default();
+    let train = loader::<Train>(sequences(16 * BATCH, 2), 2, Some(3));
+    let valid = loader::<Valid>(sequences(4 * BATCH, 4), 0, None);
+    let training = SupervisedTraining::new(dir.path(), train, valid.clone())
+        .metrics((
+            LossMetric::new(),
+            AccuracyMetric::new(),
+            PerplexityMetric::new(),
+        ))
+        .with_application_logger(None)
+        .num_epochs(3);
+    let model = TinyMlm::<Train>::new(&device);
+    let optimizer = AdamWConfig::new().init::<Train, TinyMlm<Train>>();
+    let result = training.launch(Learner::new(model, optimizer, 3e-2));
+
+    // The loss falls, on the training batches and on the held-out ones.
+    let train_loss = |epoch| logged(dir.path(), "train", epoch, "Loss").0;
+    let valid_loss = |epoch| logged(dir.path(), "valid", epoch, "Loss").0;
+    assert!(
+        train_loss(3) < train_loss(1) - 0.2,
+        "{} {}",
+        train_loss(1),
+        train_loss(3)
+    );
+    assert!(
+        valid_loss(3) < valid_loss(1) - 0.1,
+        "{} {}",
+        valid_loss(1),
+        valid_loss(3)
+    );
+
+    // The last validation, recomputed with masked_cross_entropy on the same batches.
+    let (mut loss_sum, mut n_masked, mut n_correct) = (0.0, 0, 0);
+    for batch in valid.iter() {
+        let logits = result
+            .model
+            .head
+            .forward_masked(
+                result.model.embedding.forward(batch.input_ids),
+                batch.masked_positions,
+                Some(result.model.embedding.weight.val()),
+            )
+            .unwrap();
+        let loss = masked_cross_entropy_with_labels(logits, batch.targets).unwrap();
+        loss_sum += loss.loss_sum.into_scalar() as f64;
+        n_masked += loss.n_graded;
+        n_correct += loss.n_correct;
+    }
+    let mean = loss_sum / n_masked as f64;
+    let (loss, loss_count, _) = logged(dir.path(), "valid", 3, "Loss");
+    let (accuracy, _, _) = logged(dir.path(), "valid", 3, "Accuracy");
+    let (_, _, perplexity) = logged(dir.path(), "valid", 3, "Perplexity");
+    assert_eq!(
+        loss_count, n_masked,
+        "LossMetric weighs batches by masked positions"
+    );
+    assert!((loss - mean).abs() < 1e-5 * mean, "{loss} vs {mean}");
+    let expected_accuracy = 100.0 * n_correct as f64 / n_masked as f64;
+    assert!(
+        (accuracy - expected_accuracy).abs() < 1e-9,
+        "{accuracy} vs {expected_accuracy}"
+    );
+    assert!(
+        (perplexity - mean.exp()).abs() < 1e-5 * mean.exp(),
+        "{perplexity}"
+    );
+}
