@@ -2,10 +2,11 @@
 //! masking: `MlmBatcher` feeds the `DataLoader`, `MlmOutput` feeds the metrics.
 //!
 //! Run: `cargo run --release --example learner -- [STEPS_PER_EPOCH] [EPOCHS] [DIR]`
-//! (defaults: 150 steps × 2 epochs of 32 × 64 tokens into `runs/learner-example`, about two
+//! (defaults: 200 steps × 2 epochs of 32 × 64 tokens into `runs/learner-example`, about two
 //! minutes on a 2-core CPU). In a terminal burn-train draws its dashboard (loss, MLM accuracy
-//! over the masked positions, perplexity); elsewhere it prints the metrics. Checkpoints go
-//! to `DIR/checkpoint/`.
+//! over the masked positions, perplexity); elsewhere it prints its progress, and both end
+//! with a summary table. Per-batch metric values go to `DIR/{train,valid}/epoch-N/*.log`,
+//! checkpoints to `DIR/checkpoint/`.
 
 use std::path::PathBuf;
 
@@ -13,7 +14,7 @@ use burn::backend::{Autodiff, Flex};
 use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataset::InMemDataset;
 use burn::grad_clipping::GradientClippingConfig;
-use burn::module::Module;
+use burn::module::{Initializer, Module};
 use burn::nn::transformer::{
     TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
 };
@@ -49,8 +50,8 @@ struct MyEncoderForMlm<B: Backend> {
 impl<B: Backend> MyEncoderForMlm<B> {
     fn new(vocab_size: usize, device: &B::Device) -> Self {
         Self {
-            tokens: EmbeddingConfig::new(vocab_size, D_MODEL).init(device),
-            positions: EmbeddingConfig::new(SEQ_LEN, D_MODEL).init(device),
+            tokens: bert_embedding(vocab_size, device),
+            positions: bert_embedding(SEQ_LEN, device),
             norm: LayerNormConfig::new(D_MODEL).init(device),
             encoder: TransformerEncoderConfig::new(D_MODEL, 4 * D_MODEL, 2, 2)
                 .with_dropout(0.0)
@@ -86,6 +87,17 @@ impl<B: Backend> MyEncoderForMlm<B> {
     }
 }
 
+/// An embedding table initialised as BERT's (normal, std 0.02): burn's default N(0, 1)
+/// would make the tied decoder's first logits ~√d_model times too large.
+fn bert_embedding<B: Backend>(n_embedding: usize, device: &B::Device) -> Embedding<B> {
+    EmbeddingConfig::new(n_embedding, D_MODEL)
+        .with_initializer(Initializer::Normal {
+            mean: 0.0,
+            std: 0.02,
+        })
+        .init(device)
+}
+
 impl<B: AutodiffBackend> TrainStep for MyEncoderForMlm<B> {
     type Input = MlmBatch<B>;
     type Output = MlmOutput<B>;
@@ -105,19 +117,27 @@ impl<B: Backend> InferenceStep for MyEncoderForMlm<B> {
     }
 }
 
-/// `len` of `sequences`, evenly spaced over the corpus.
+/// `len` of `sequences` (all of them if there are fewer), evenly spaced over the corpus.
 fn subset(sequences: Vec<Vec<u32>>, len: usize) -> InMemDataset<Vec<u32>> {
     let step = (sequences.len() / len.max(1)).max(1);
     InMemDataset::new(sequences.into_iter().step_by(step).take(len).collect())
 }
 
+/// A positive count from the command line, or `default` when it is absent.
+fn count(arg: Option<String>, default: usize) -> Result<usize, String> {
+    let usage = "usage: learner [STEPS_PER_EPOCH >= 1] [EPOCHS >= 1] [DIR]";
+    match arg.map(|text| text.parse::<usize>().map_err(|_| text)) {
+        None => Ok(default),
+        Some(Ok(n)) if n > 0 => Ok(n),
+        Some(Ok(_)) => Err(format!("a count of 0 trains nothing; {usage}")),
+        Some(Err(text)) => Err(format!("{text:?} is not a count; {usage}")),
+    }
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     type Train = Autodiff<Flex>;
     let mut args = std::env::args().skip(1);
-    let mut number = |default: usize| -> Result<usize, std::num::ParseIntError> {
-        args.next().map_or(Ok(default), |s| s.parse())
-    };
-    let (steps_per_epoch, epochs) = (number(150)?, number(2)?);
+    let (steps_per_epoch, epochs) = (count(args.next(), 200)?, count(args.next(), 2)?);
     let dir = PathBuf::from(args.next().unwrap_or("runs/learner-example".into()));
 
     // The corpus and a WordPiece vocabulary trained on it, from mlm-train's data pipeline.
@@ -137,6 +157,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build(subset(data.held_out, 16 * BATCH));
 
     let device = Default::default();
+    Train::seed(&device, SEED);
     let model = MyEncoderForMlm::<Train>::new(data.tokenizer.vocab_size(), &device);
     let optimizer = AdamWConfig::new()
         .with_weight_decay(0.01)

@@ -236,6 +236,7 @@ impl<B: Backend> Adaptor<PerplexityInput<B>> for MlmOutput<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use burn_train::metric::NumericEntry;
 
     #[test]
     fn the_content_key_separates_order_lengths_and_ids() {
@@ -247,5 +248,65 @@ mod tests {
         assert_ne!(key(&a), key(&[vec![1, 2], vec![4]]));
         // FNV-1a of no bytes is its offset basis.
         assert_eq!(key(&[]), 0xcbf2_9ce4_8422_2325);
+    }
+
+    fn output(logits: Vec<f32>, targets: Vec<i64>, vocab: usize) -> MlmOutput<Flex> {
+        let device = Default::default();
+        let n = targets.len();
+        let logits = Tensor::<Flex, 2>::from_data(TensorData::new(logits, [n, vocab]), &device);
+        let targets = Tensor::from_data(TensorData::new(targets, [n]), &device);
+        let loss = crate::masked_cross_entropy_with_labels(logits.clone(), targets.clone())
+            .expect("valid targets");
+        MlmOutput::new(logits, targets, &loss)
+    }
+
+    fn aggregated(entry: NumericEntry) -> (f64, usize) {
+        match entry {
+            NumericEntry::Aggregated {
+                aggregated_value,
+                count,
+            } => (aggregated_value, count),
+            NumericEntry::Value(value) => (value, 1),
+        }
+    }
+
+    #[test]
+    fn an_empty_batch_enters_the_metrics_as_one_wrong_row_of_loss_zero() {
+        use burn::data::dataloader::Progress;
+        use burn_train::metric::{
+            AccuracyMetric, LossMetric, Metric, MetricMetadata, Numeric, PerplexityMetric,
+        };
+        let progress = Progress {
+            items_processed: 1,
+            items_total: 1,
+        };
+        let meta = MetricMetadata {
+            progress: progress.clone(),
+            global_progress: progress,
+            iteration: Some(1),
+            lr: None,
+        };
+        // Two masked rows: token 1 predicted right (p = e/(e+1)), token 0 wrong (p = 1/(e+1)).
+        let full = output(vec![0.0, 1.0, 0.0, 1.0], vec![1, 0], 2);
+        let empty = output(vec![], vec![], 2);
+        let (mut loss, mut accuracy, mut perplexity) = (
+            LossMetric::new(),
+            AccuracyMetric::new(),
+            PerplexityMetric::new(),
+        );
+        for batch in [&full, &empty] {
+            loss.update(&batch.adapt(), &meta);
+            accuracy.update(&batch.adapt(), &meta);
+            perplexity.update(&batch.adapt(), &meta);
+        }
+        let e = std::f64::consts::E;
+        let full_loss = ((e + 1.0).ln() - 1.0 + (e + 1.0).ln()) / 2.0;
+        let (value, count) = aggregated(loss.running_value());
+        assert_eq!(count, 3, "two masked rows and the stand-in");
+        assert!((value - 2.0 * full_loss / 3.0).abs() < 1e-6, "{value}");
+        assert_eq!(aggregated(accuracy.running_value()), (100.0 / 3.0, 3));
+        let (value, count) = aggregated(perplexity.value());
+        assert_eq!(count, 2, "perplexity skips the empty batch");
+        assert!((value - full_loss.exp()).abs() < 1e-5, "{value}");
     }
 }

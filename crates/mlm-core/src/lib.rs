@@ -20,8 +20,8 @@
 //!   the mean of `-log p(true token)` over the masked positions only, with the sum and
 //!   count needed to normalise gradient accumulation globally.
 //!
-//! - [`learner`] (feature `train`): [`learner::MlmBatcher`] and [`learner::MlmOutput`], the
-//!   pieces burn-train's `DataLoader` and `Learner` need.
+//! - `learner` (with the `train` feature, so not linked here): `MlmBatcher`
+//!   and `MlmOutput`, the pieces burn-train's `DataLoader` and `Learner` need.
 //!
 //! Bad input is answered with an [`MlmError`], never a silently wrong number.
 

@@ -12,15 +12,16 @@ use crate::error::{TrainError, read_json};
 use crate::model::BertConfig;
 
 /// What a training batch selects for prediction (`--masking`, `"masking"` in `config.json`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Masking {
     /// Each non-special token with probability `mlm_probability`, then 80/10/10 per token
     /// (BERT, Devlin et al. 2019, §3.1).
+    #[default]
     Token,
     /// Spans of whole words, lengths ~ Geo(0.2) truncated at 10 words, until
     /// `mlm_probability` of the tokens are selected, then 80/10/10 per span (SpanBERT, Joshi
-    /// et al. 2020, §3.1; [`mlm_core::SpanMaskingConfig`]).
+    /// et al. 2020, §3.1).
     Span,
 }
 
@@ -207,9 +208,21 @@ impl TrainConfig {
             ));
         }
         if self.warmup_steps > self.max_steps {
+            let why = match self.time_budget_seconds {
+                // By the clock, max_steps does not end the run: the two only set a share.
+                Some(_) => {
+                    "by the clock, warmup_steps/max_steps is the share of the time \
+                            budget spent warming up, at most 1 (--max-steps does not cap a \
+                            run by the clock; pass a smaller --warmup-steps or a larger \
+                            --max-steps)"
+                }
+                None => {
+                    "the learning rate would never reach its peak (pass a smaller \
+                         --warmup-steps)"
+                }
+            };
             return bad(format!(
-                "warmup_steps = {} exceeds max_steps = {}: the learning rate would never \
-                 reach its peak (pass a smaller --warmup-steps)",
+                "warmup_steps = {} exceeds max_steps = {}: {why}",
                 self.warmup_steps, self.max_steps
             ));
         }
@@ -327,6 +340,11 @@ pub fn parse_time_budget(text: &str) -> Result<f64, TrainError> {
         text: text.into(),
         reason,
     };
+    if text.trim_start().starts_with('-') {
+        return Err(bad(
+            "a negative duration; give a positive one, e.g. 90s, 5m or 1h30m".into(),
+        ));
+    }
     let duration = humantime::parse_duration(text.trim())
         .map_err(|e| bad(format!("not a duration ({e}); write e.g. 90s, 5m or 1h30m")))?;
     if duration.is_zero() {
@@ -423,7 +441,8 @@ mod tests {
         for (text, words) in [
             ("5", "not a duration"),
             ("five minutes", "not a duration"),
-            ("-5m", "not a duration"),
+            ("-5m", "negative"),
+            (" -90s", "negative"),
             ("", "not a duration"),
             ("5 parsecs", "not a duration"),
             ("0s", "trains nothing"),
@@ -456,6 +475,24 @@ mod tests {
         }
         let config = TrainConfig::new("corpus".into()).with_time_budget_seconds(Some(0.5));
         config.validate().unwrap();
+    }
+
+    #[test]
+    fn a_warm_up_longer_than_max_steps_is_explained_for_each_kind_of_run() {
+        let config = TrainConfig::new("corpus".into())
+            .with_max_steps(10)
+            .with_warmup_steps(100);
+        let message = |config: TrainConfig| match config.validate() {
+            Err(TrainError::Config(message)) => message,
+            other => panic!("{other:?}"),
+        };
+        let by_steps = message(config.clone());
+        assert!(by_steps.contains("never reach its peak"), "{by_steps}");
+        let by_clock = message(config.with_time_budget_seconds(Some(60.0)));
+        assert!(
+            by_clock.contains("share of the time budget") && by_clock.contains("does not cap"),
+            "{by_clock}"
+        );
     }
 
     #[test]

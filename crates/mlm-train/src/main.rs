@@ -198,7 +198,7 @@ struct TrainArgs {
     /// ends with its evaluation and checkpoint (max-steps then sets only that share). With
     /// --resume: the run's new total budget, time already trained included [default: none,
     /// the run ends at --max-steps]
-    #[arg(long, value_name = "DURATION", value_parser = parse_time_budget)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_time_budget, allow_hyphen_values = true)]
     time_budget: Option<f64>,
     /// Sequences per micro-batch (per rank: the global batch is world size × this).
     #[arg(long, conflicts_with = "resume")]
@@ -487,6 +487,9 @@ fn print_result(summary: &Summary, run: &Path, rank: usize) {
             summary.valid_unchanged_loss
         )
     );
+    if summary.masking == Masking::Span {
+        println!("trained on span masking (SpanBERT); held out on token masking");
+    }
     if let Some(budget) = summary.time_budget_seconds {
         println!(
             "trained by the clock: {} steps in {} of a {} time budget{}",

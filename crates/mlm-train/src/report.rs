@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::config::Masking;
 use crate::error::{TrainError, io, write_atomic};
 
 /// One row of `metrics.csv`.
@@ -269,6 +270,10 @@ pub struct Summary {
     /// a single process.
     #[serde(default)]
     pub all_reduce: Option<Traffic>,
+    /// What the training batches selected: single tokens or spans of whole words
+    /// (`--masking`; held-out batches are always token-masked).
+    #[serde(default)]
+    pub masking: Masking,
     /// Trainable parameters.
     pub parameters: usize,
     /// Backend name (`flex`, `ndarray`, `wgpu`, `cuda`).

@@ -383,6 +383,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             last_segment: self.segment.report(state),
             world_size: self.rank.world_size,
             all_reduce: self.traffic(),
+            masking: self.config.masking,
             parameters: self.config.model.num_parameters(),
             backend: backend.into(),
             adapter: crate::backend::adapter_name(backend),
