@@ -12,7 +12,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use burn::backend::NdArray;
-use common::{parameters, path_arg, steps, summary, train_command};
+use common::{parameters, path_arg, resume_command, run_to_end, steps, summary, train_command};
 use mlm_train::checkpoint;
 use mlm_train::report::{MetricsRow, Summary, read_metrics};
 use mlm_train::{RunDir, TrainConfig};
@@ -26,16 +26,6 @@ fn micro_config(max_steps: usize) -> TrainConfig {
         .with_max_steps(max_steps)
         .with_eval_every(max_steps)
         .with_checkpoint_every(max_steps)
-}
-
-fn run_to_end(mut command: Command) -> Output {
-    let out = command.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 /// The summary's numbers, less the timings.
@@ -73,15 +63,6 @@ fn weights(run: &Path, step: usize) -> Vec<f32> {
     parameters(
         &checkpoint::load_model::<NdArray>(&dir, &config.model, &Default::default()).unwrap(),
     )
-}
-
-/// `mlm-train train --resume RUN [extra]`.
-fn resume_command(run: &Path, extra: &[&str]) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .args(["train", "--resume", path_arg(run)])
-        .args(extra);
-    command
 }
 
 /// `mlm-train train --resume RUN [extra]`, which must succeed.

@@ -9,10 +9,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{path_arg, steps, summary, train_command};
+use common::{path_arg, resume_command, run_to_end, steps, summary, train_command};
 use mlm_train::TrainConfig;
 use mlm_train::checkpoint;
 use mlm_train::config::learning_rate_at;
@@ -30,26 +30,6 @@ fn config() -> TrainConfig {
     common::micro_config()
         .with_eval_every(100_000)
         .with_checkpoint_every(100_000)
-}
-
-fn run_to_end(mut command: Command) -> Output {
-    let out = command.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{:?}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// `mlm-train train --resume RUN [extra]`.
-fn resume_command(run: &Path, extra: &[&str]) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .args(["train", "--resume", path_arg(run)])
-        .args(extra);
-    command
 }
 
 fn train_rows(run: &Path) -> Vec<MetricsRow> {

@@ -5,7 +5,7 @@
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 use burn::backend::NdArray;
 use burn::module::{Module, ModuleVisitor, Param};
@@ -120,6 +120,27 @@ pub fn train_command<S: AsRef<OsStr>>(config: &TrainConfig, run: &Path, extra: &
         .args(["--run", path_arg(run)])
         .args(extra);
     command
+}
+
+/// `mlm-train train --resume RUN [extra]` of this build's binary.
+pub fn resume_command(run: &Path, extra: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mlm-train"));
+    command
+        .args(["train", "--resume", path_arg(run)])
+        .args(extra);
+    command
+}
+
+/// Runs `command` to its end and asserts that it succeeded (its status and stderr if not).
+pub fn run_to_end(mut command: Command) -> Output {
+    let out = command.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 /// The run's `summary.json`.
