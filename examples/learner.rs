@@ -130,7 +130,7 @@ fn count(arg: Option<String>, default: usize) -> Result<usize, String> {
         None => Ok(default),
         Some(Ok(n)) if n > 0 => Ok(n),
         Some(Ok(_)) => Err(format!("a count of 0 trains nothing; {usage}")),
-        Some(Err(text)) => Err(format!("{text:?} is not a count; {usage}")),
+        Some(Err(text)) => Err(format!("'{text}' is not a count; {usage}")),
     }
 }
 
