@@ -34,8 +34,8 @@ use crate::stop::StopSignal;
 
 /// Sums what every rank computed in one step: the gradients, and `[loss sum, correct
 /// predictions, stop requests, progress]`, where only rank 0 gives its progress through the
-/// time budget (elapsed ÷ budget; 0 for a run by step count) and the others 0. The identity for a single process; across processes,
-/// [`crate::distributed`].
+/// time budget (elapsed ÷ budget; 0 for a run by step count) and the others 0. The
+/// identity for a single process; across processes, [`crate::distributed`].
 pub trait GradientSync<B: AutodiffBackend> {
     /// The sums over all ranks of `grads` (this rank's, for the parameters of `model`) and
     /// of `totals`.
