@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Head + loss, ours (burn-ndarray and burn-flex) against PyTorch eager with transformers' BertOnlyMLMHead,
-# in one invocation on this machine: prints our time and peak memory over theirs.
-# A benchmark, not a test: CI does not run it. Usage: scripts/bench-vs-pytorch.sh [base|tiny]
+# Ours against PyTorch eager (transformers, 2 threads) on this machine, in one invocation:
+# 1. the main job's training step (BertForMaskedLM 64 × 64 tokens, d_model 128, 2 layers,
+#    2 heads, feed-forward 512, vocab 8192, 15 % masked): forward+backward and the full
+#    step (+ clip + AdamW) on each CPU backend of ours against PyTorch's dense (HF default)
+#    and gathered (masked rows only) paths, as tokens/s, ratios and GFLOP/s against the
+#    machine's peak (PEAK_GFLOPS, default 166: 2 cores × 2 FMA × 8 f32 lanes × 2.6 GHz);
+# 2. the head + loss at BERT-base and tiny shapes (criterion), time and peak memory.
+# A benchmark, not a test: CI does not run it. Usage: scripts/bench-vs-pytorch.sh [step|base|tiny]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-shapes=${1:-base,tiny}
+what=${1:-all}
+shapes=$([ "$what" = all ] || [ "$what" = step ] && echo base,tiny || echo "$what")
 venv=.venv-bench
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch, transformers' 2>/dev/null; then
     python3 -m venv "$venv"
@@ -12,6 +18,17 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch, transfo
 fi
 out=target/bench-vs-pytorch
 mkdir -p "$out"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+
+if [ "$what" = all ] || [ "$what" = step ]; then
+    cargo build --release -p mlm-train
+    ./target/release/mlm-train bench backends --backends flex,ndarray --batch-size 64 \
+        --seq-len 64 --json "$out/ours-step.json"
+    "$venv/bin/python" scripts/peers/torch_bert_step.py --device cpu --batch 64 --seq 64 \
+        --json "$out/theirs-step.json" > /dev/null
+    "$venv/bin/python" scripts/peers/step_table.py "$out/ours-step.json" "$out/theirs-step.json"
+    [ "$what" = step ] && exit 0
+fi
 
 # Ours: criterion, then the memory and GFLOP/s table (written as JSON).
 # criterion takes one filter: a single shape's name, or none for both.

@@ -6,8 +6,10 @@ Variants (same shapes as our bench):
   dense     -- Hugging Face's default: every position through the head, labels -100 elsewhere;
   gathered  -- only the graded rows through the head (what our `forward_masked` does).
 
-Prints one JSON list of rows: variant, median step (ms) over STEPS steps after WARMUP, tokens/s,
-peak device memory (MiB, CUDA only), the device's name.
+Prints one JSON list of rows: variant, median forward+backward (ms) over STEPS steps after
+WARMUP and its tokens/s, the same for a full training step (+ clip by the global norm 1.0 and
+AdamW, lr 1e-4, weight decay 0.01, eps 1e-6), peak device memory (MiB, CUDA only), the device's
+name.
 
     python torch_bert_step.py --device cuda --batch 32 --seq 128 --hidden 768 --layers 12 \
         --heads 12 --intermediate 3072 --vocab 30522 [--warmup 3] [--steps 10] [--json OUT]
@@ -61,26 +63,42 @@ def main():
         if device.type == "cuda":
             torch.cuda.synchronize()
 
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-6)
+
+    def fwd_bwd(loss_fn):
+        model.zero_grad(set_to_none=True)
+        loss_fn().backward()
+
+    def train_step(loss_fn):
+        fwd_bwd(loss_fn)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    def median_ms(step, loss_fn):
+        times = []
+        for i in range(a.warmup + a.steps):
+            sync()
+            started = time.perf_counter()
+            step(loss_fn)
+            sync()
+            if i >= a.warmup:
+                times.append(time.perf_counter() - started)
+        return 1e3 * statistics.median(times)
+
     out = []
     for variant, loss_fn in (("dense", dense), ("gathered", gathered)):
         if device.type == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
-        times = []
-        for i in range(a.warmup + a.steps):
-            model.zero_grad(set_to_none=True)
-            sync()
-            started = time.perf_counter()
-            loss_fn().backward()
-            sync()
-            if i >= a.warmup:
-                times.append(time.perf_counter() - started)
-        median = statistics.median(times)
+        median = median_ms(fwd_bwd, loss_fn)
+        train = median_ms(train_step, loss_fn)
         out.append({
             "label": a.label,
             "variant": variant,
-            "median_step_ms": 1e3 * median,
-            "tokens_per_second": rows / median,
+            "median_step_ms": median,
+            "tokens_per_second": 1e3 * rows / median,
+            "train_step_ms": train,
+            "train_tokens_per_second": 1e3 * rows / train,
             "peak_device_mib": torch.cuda.max_memory_allocated() / 2**20
             if device.type == "cuda" else None,
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",

@@ -17,13 +17,19 @@ use crate::MlmError;
 /// GELU in its exact (erf) form, `x · Φ(x) = x/2 · (1 + erf(x/√2))`, as BERT and
 /// Hugging Face's `"gelu"` (Hendrycks & Gimpel 2016).
 ///
-/// Built from `erf` rather than `burn::tensor::activation::gelu`: burn 0.21 computes that
-/// one's forward with erf but its backward with the derivative of the tanh approximation,
-/// which puts gradients ~3e-4 (relative) off PyTorch's.
+/// On burn-flex (`flex` feature) this is burn's one `gelu` operation, whose forward and
+/// backward are both the erf form. Elsewhere it is built from `erf`: burn 0.21's default
+/// `gelu` computes the forward with erf but the backward with the derivative of the tanh
+/// approximation, which puts gradients ~3e-4 (relative) off PyTorch's.
 ///
 /// # Shapes
 /// - input, output: `[...]`, elementwise.
 pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    #[cfg(feature = "flex")]
+    let x = match crate::fused::flex_gelu(x) {
+        Ok(y) => return y,
+        Err(x) => x,
+    };
     x.clone() * ((x * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5
 }
 

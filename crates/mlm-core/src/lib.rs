@@ -26,6 +26,7 @@
 //! Bad input is answered with an [`MlmError`], never a silently wrong number.
 
 mod error;
+mod fused;
 pub mod head;
 #[cfg(feature = "train")]
 pub mod learner;

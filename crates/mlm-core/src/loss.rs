@@ -22,6 +22,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, DType, ElementConversion, FloatDType, Int, Tensor, TensorData};
 
 use crate::MlmError;
+use crate::fused::{CrossEntropySum, cross_entropy_sum};
 
 /// The label that marks a position as "not graded" (Hugging Face / PyTorch `ignore_index`).
 pub const IGNORE_INDEX: i64 = -100;
@@ -212,29 +213,12 @@ impl MaskedCrossEntropy {
         };
         let targets: Tensor<B, 1, Int> =
             Tensor::from_data(TensorData::from(targets.as_slice()), &device);
-        let n_correct = graded_logits
-            .clone()
-            .argmax(1)
-            .squeeze_dim::<1>(1)
-            .equal(targets.clone())
-            .int()
-            .sum()
-            .into_scalar();
-
-        // Log-softmax by max-subtracted log-sum-exp: log p_j = (z_j - max) - log Σ_k exp(z_k - max).
-        let row_max = graded_logits.clone().detach().max_dim(1);
-        let shifted = graded_logits - row_max;
-        let log_sum_exp = shifted.clone().exp().sum_dim(1).log();
-        // Pick the true token: -log p_t = log_sum_exp - (z_t - max).
-        let true_shifted = shifted.clone().gather(1, targets.unsqueeze_dim(1));
-        let mut nll = log_sum_exp.clone() - true_shifted;
-        if self.label_smoothing > 0.0 {
-            // -Σ_j (ε / V) log p_j = log_sum_exp - mean_j (z_j - max).
-            let uniform_nll = log_sum_exp - shifted.mean_dim(1);
-            nll = nll * (1.0 - self.label_smoothing) + uniform_nll * self.label_smoothing;
-        }
-        // Reduce over M.
-        let loss_sum = nll.sum();
+        // Σ over M of -log p(true token), with its gradient from the same sweep (fused.rs).
+        let CrossEntropySum {
+            loss_sum,
+            n_correct,
+        } = cross_entropy_sum(graded_logits, targets, self.label_smoothing);
+        // Mean over M.
         let loss = if self.sum_reduction {
             loss_sum.clone()
         } else {
@@ -244,7 +228,7 @@ impl MaskedCrossEntropy {
             loss,
             loss_sum,
             n_graded,
-            n_correct: n_correct.elem::<i64>() as usize,
+            n_correct: n_correct.into_scalar().elem::<i64>() as usize,
         })
     }
 }

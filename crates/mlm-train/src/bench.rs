@@ -8,18 +8,17 @@ use std::path::Path;
 use std::time::Instant;
 
 use burn::config::Config;
-use burn::optim::GradientsParams;
-use burn::tensor::ElementConversion;
+use burn::optim::{AdamWConfig, GradientsAccumulator, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use mlm_core::{MaskedCrossEntropy, MaskingConfig};
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Adapter, BackendKind};
-use crate::data::make_batch;
+use crate::data::make_shards;
 use crate::error::{TrainError, io, write_json};
-use crate::gradients::forward_loss;
-use crate::model::BertConfig;
+use crate::gradients::{clip_global_norm, shard_gradients};
+use crate::model::{BertConfig, BertForMaskedLm};
 use crate::seed::{Stream, stream_rng};
 
 /// What one backend comparison runs: a model, a batch of random tokens and a step count.
@@ -46,6 +45,11 @@ pub struct BackendBenchConfig {
     /// Seed of the weights, the tokens and the masks.
     #[config(default = 42)]
     pub seed: u64,
+    /// The batch is split into this many shards whose forward and backward passes run on
+    /// their own threads, as the trainer does (`TrainConfig::parallel_shards`; the main
+    /// job's 2).
+    #[config(default = 2)]
+    pub parallel_shards: usize,
 }
 
 /// One backend's row of the comparison.
@@ -65,6 +69,13 @@ pub struct BackendBench {
     /// step the device sits idle waiting for the host ([`idle_share`](Self::idle_share)).
     #[serde(default)]
     pub unsynced_step_ms: f64,
+    /// Median time of one full training step (forward, backward, gradient sum over shards,
+    /// clip by the global norm, AdamW), milliseconds.
+    #[serde(default)]
+    pub train_step_ms: f64,
+    /// Tokens per second at the median full training step.
+    #[serde(default)]
+    pub train_tokens_per_second: f64,
     /// Peak resident host memory during the steps, MiB (Linux's `VmHWM`; `None` elsewhere).
     pub peak_host_mib: Option<f64>,
     /// Device memory reserved by the backend's allocator after the steps, MiB (GPU backends only).
@@ -98,11 +109,19 @@ pub fn bench_backend<B: AutodiffBackend>(
 ) -> Result<BackendBench, TrainError> {
     config.model.validate().map_err(TrainError::Config)?;
     let m = &config.model;
-    if config.seq_len > m.max_position_embeddings || config.timed_steps == 0 || m.vocab_size < 6 {
+    if config.seq_len > m.max_position_embeddings
+        || config.timed_steps == 0
+        || m.vocab_size < 6
+        || config.parallel_shards == 0
+    {
         return Err(TrainError::Config(format!(
-            "need seq_len ({}) <= max_position_embeddings ({}), timed_steps ({}) >= 1 and \
-             vocab_size ({}) >= 6",
-            config.seq_len, m.max_position_embeddings, config.timed_steps, m.vocab_size
+            "need seq_len ({}) <= max_position_embeddings ({}), timed_steps ({}) >= 1, \
+             vocab_size ({}) >= 6 and parallel_shards ({}) >= 1",
+            config.seq_len,
+            m.max_position_embeddings,
+            config.timed_steps,
+            m.vocab_size,
+            config.parallel_shards
         )));
     }
     // Ids 0..5 stand for the specials [PAD] [UNK] [CLS] [SEP] [MASK].
@@ -121,8 +140,9 @@ pub fn bench_backend<B: AutodiffBackend>(
         .with_mlm_probability(config.mlm_probability)
         .with_seed(config.seed)
         .init()?;
-    let batch = make_batch::<B>(&chunk, &mut masker, 0, device)?;
-    let model = config.model.init_seeded::<B>(config.seed, device);
+    let shards = make_shards::<B>(&chunk, &mut masker, 0, config.parallel_shards, device)?;
+    let n_masked: usize = shards.iter().map(|s| s.n_masked).sum();
+    let mut model = config.model.init_seeded::<B>(config.seed, device);
     let loss_fn = MaskedCrossEntropy::default();
 
     let sync = || {
@@ -131,44 +151,59 @@ pub fn bench_backend<B: AutodiffBackend>(
             reason: format!("{e:?}"),
         })
     };
-    // One step, its loss read back and the device synchronised when `wait`.
-    let step = |wait: bool| -> Result<f64, TrainError> {
-        let out = forward_loss(&model, batch.clone(), &loss_fn)?;
-        let loss = match wait {
-            true => f64::from(out.loss.clone().into_scalar().elem::<f32>()),
-            false => f64::NAN,
-        };
-        drop(GradientsParams::from_grads(out.loss.backward(), &model));
-        if wait {
-            sync()?;
-        }
-        Ok(loss)
+    // Forward + backward of every shard, the trainer's `shard_gradients`: the mean loss.
+    let gradients = |model: &BertForMaskedLm<B>| {
+        let shards = shard_gradients(model, shards.clone(), &loss_fn, n_masked, true)?;
+        let loss = shards.iter().map(|s| s.loss_sum).sum::<f64>() / n_masked.max(1) as f64;
+        Ok::<_, TrainError>((loss, shards))
     };
     reset_peak_host_memory();
-    let mut loss = f64::NAN;
-    for _ in 0..config.warmup_steps {
-        loss = step(true)?;
-    }
-    let mut times = Vec::with_capacity(config.timed_steps);
-    for _ in 0..config.timed_steps {
-        let started = Instant::now();
-        loss = step(true)?;
-        times.push(started.elapsed().as_secs_f64());
-    }
-    times.sort_by(f64::total_cmp);
-    let median = times[times.len() / 2];
+    let timed = |step: &mut dyn FnMut() -> Result<f64, TrainError>| {
+        let mut loss = f64::NAN;
+        for _ in 0..config.warmup_steps {
+            loss = step()?;
+        }
+        let mut times = Vec::with_capacity(config.timed_steps);
+        for _ in 0..config.timed_steps {
+            let started = Instant::now();
+            loss = step()?;
+            sync()?;
+            times.push(started.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        Ok::<_, TrainError>((times[times.len() / 2], loss))
+    };
+    let (median, loss) = timed(&mut || Ok(gradients(&model)?.0))?;
     let started = Instant::now();
     for _ in 0..config.timed_steps {
-        step(false)?;
+        gradients(&model)?;
     }
     sync()?;
     let unsynced = started.elapsed().as_secs_f64() / config.timed_steps as f64;
+    let mut optimizer = AdamWConfig::new()
+        .with_weight_decay(0.01)
+        .with_epsilon(1e-6)
+        .init();
+    let (train_step, _) = timed(&mut || {
+        let (loss, shards) = gradients(&model)?;
+        let mut accumulator = GradientsAccumulator::new();
+        for shard in shards {
+            accumulator.accumulate(&model, shard.grads);
+        }
+        let mut grads = accumulator.grads();
+        clip_global_norm(&model, &mut grads, 1.0);
+        model = optimizer.step(1e-4, model.clone(), grads);
+        Ok(loss)
+    })?;
+    let tokens = (config.batch_size * config.seq_len) as f64;
     Ok(BackendBench {
         backend: kind.name().into(),
         adapter: crate::backend::adapter(kind),
         median_step_ms: 1e3 * median,
         unsynced_step_ms: 1e3 * unsynced,
-        tokens_per_second: (config.batch_size * config.seq_len) as f64 / median,
+        tokens_per_second: tokens / median,
+        train_step_ms: 1e3 * train_step,
+        train_tokens_per_second: tokens / train_step,
         peak_host_mib: peak_host_memory_mib(),
         device_reserved_mib: crate::backend::device_reserved_bytes(kind)
             .map(|bytes| bytes as f64 / MIB),
@@ -204,17 +239,20 @@ pub fn markdown_table(config: &BackendBenchConfig, rows: &[BackendBench]) -> Str
     let m = &config.model;
     let mut out = format!(
         "BERT d_model {} × {} layers, vocab {}, batch {} × {} tokens, {:.0} % masked; \
-         median of {} forward+backward steps after {} warm-up steps (unsynced: as many steps back \
-         to back, no loss read, one sync at the end)\n\n\
+         {} shards on threads; median of {} forward+backward steps after {} warm-up steps \
+         (unsynced: as many steps back to back, no loss read, one sync at the end); a training \
+         step adds the gradient sum, clipping and AdamW\n\n\
          | backend | adapter (type) | median step (ms) | tokens/s | unsynced step (ms) | idle \
-         share | peak host RSS (MiB) | device reserved (MiB) | loss | Δ loss vs ndarray |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         share | training step (ms) | training tokens/s | peak host RSS (MiB) | device \
+         reserved (MiB) | loss | Δ loss vs ndarray |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         m.hidden_size,
         m.num_hidden_layers,
         m.vocab_size,
         config.batch_size,
         config.seq_len,
         100.0 * config.mlm_probability,
+        config.parallel_shards,
         config.timed_steps,
         config.warmup_steps,
     );
@@ -223,7 +261,7 @@ pub fn markdown_table(config: &BackendBenchConfig, rows: &[BackendBench]) -> Str
     };
     for r in rows {
         out += &format!(
-            "| {} | {} ({}) | {:.1} | {:.0} | {:.1} | {:.0} % | {} | {} | {:.6} | {} |\n",
+            "| {} | {} ({}) | {:.1} | {:.0} | {:.1} | {:.0} % | {:.1} | {:.0} | {} | {} | {:.6} | {} |\n",
             r.backend,
             r.adapter.name,
             r.adapter.device_type,
@@ -231,6 +269,8 @@ pub fn markdown_table(config: &BackendBenchConfig, rows: &[BackendBench]) -> Str
             r.tokens_per_second,
             r.unsynced_step_ms,
             100.0 * r.idle_share(),
+            r.train_step_ms,
+            r.train_tokens_per_second,
             optional(r.peak_host_mib, 0),
             optional(r.device_reserved_mib, 0),
             r.loss,

@@ -140,6 +140,9 @@ struct BackendsArgs {
     /// Timed steps per backend (the median is reported).
     #[arg(long, default_value_t = 10)]
     timed_steps: usize,
+    /// Shards of the batch run on their own threads, as the trainer's `--parallel-shards`.
+    #[arg(long, default_value_t = 2)]
+    parallel_shards: usize,
     /// Where to write the rows as JSON.
     #[arg(long, default_value = "runs/bench/backends.json")]
     json: PathBuf,
@@ -160,6 +163,7 @@ impl BackendsArgs {
             .with_seq_len(self.seq_len)
             .with_warmup_steps(self.warmup_steps)
             .with_timed_steps(self.timed_steps)
+            .with_parallel_shards(self.parallel_shards)
     }
 }
 
@@ -578,6 +582,9 @@ fn command() -> clap::Command {
         train
     })
 }
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
