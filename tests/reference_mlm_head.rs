@@ -1,21 +1,22 @@
 //! The BERT MLM head against PyTorch/transformers (`tests/fixtures/mlm_head.json`):
 //! logits, loss, and the gradients of the hidden states, the tied embedding, the output
 //! bias and the dense weight, through both the dense path (`forward` + labels) and the
-//! sparse path (`forward_masked`). PyTorch stores a Linear weight `[out, in]`, Burn `[in, out]`.
+//! sparse path (`forward_masked`), on `Autodiff<NdArray>` (plain tensor ops) and on
+//! `Autodiff<Flex>` (the fused GELU and cross-entropy kernels). PyTorch stores a Linear weight
+//! `[out, in]`, Burn `[in, out]`.
 
 mod common;
 
-use burn::backend::{Autodiff, NdArray};
+use burn::backend::{Autodiff, Flex, NdArray};
 use burn::module::Param;
+use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Int, Tensor, TensorData};
 use common::{assert_close, dims, fixture, floats, ints, tensor, to_vec};
 use mlm_core::{MlmHead, MlmHeadConfig, masked_cross_entropy_with_labels};
 use serde_json::Value;
 
-type B = Autodiff<NdArray>;
-
 /// The reference head with its parameters loaded, and the tied embedding.
-fn reference_head(reference: &Value) -> (MlmHead<B>, Param<Tensor<B, 2>>) {
+fn reference_head<B: AutodiffBackend>(reference: &Value) -> (MlmHead<B>, Param<Tensor<B, 2>>) {
     let device = Default::default();
     let d_model = reference["d_model"].as_u64().unwrap() as usize;
     let vocab = reference["vocab_size"].as_u64().unwrap() as usize;
@@ -51,7 +52,7 @@ fn reference_head(reference: &Value) -> (MlmHead<B>, Param<Tensor<B, 2>>) {
     (head, embedding)
 }
 
-fn labels(reference: &Value, shape: [usize; 2]) -> Tensor<B, 2, Int> {
+fn labels<B: AutodiffBackend>(reference: &Value, shape: [usize; 2]) -> Tensor<B, 2, Int> {
     Tensor::from_data(
         TensorData::new(ints(&reference["labels"]), shape),
         &Default::default(),
@@ -59,7 +60,7 @@ fn labels(reference: &Value, shape: [usize; 2]) -> Tensor<B, 2, Int> {
 }
 
 /// Checks every gradient the fixture holds, from a backward pass of the mean loss.
-fn assert_reference_gradients(
+fn assert_reference_gradients<B: AutodiffBackend>(
     reference: &Value,
     loss: Tensor<B, 1>,
     hidden: &Tensor<B, 3>,
@@ -68,7 +69,7 @@ fn assert_reference_gradients(
 ) {
     let expected = &reference["expected"];
     let grads = loss.backward();
-    let grad = |t: Option<Tensor<NdArray, 2>>| to_vec(t.expect("gradient"));
+    let grad = |t: Option<Tensor<B::InnerBackend, 2>>| to_vec(t.expect("gradient"));
     let grad_hidden = to_vec(hidden.grad(&grads).unwrap());
     assert_close(
         "grad hidden",
@@ -109,8 +110,27 @@ fn assert_reference_gradients(
 
 #[test]
 fn dense_path_matches_transformers_head() {
+    dense_path_matches::<Autodiff<NdArray>>();
+}
+
+#[test]
+fn dense_path_matches_transformers_head_with_the_fused_flex_kernels() {
+    dense_path_matches::<Autodiff<Flex>>();
+}
+
+#[test]
+fn sparse_path_gives_the_same_loss_and_gradients() {
+    sparse_path_matches::<Autodiff<NdArray>>();
+}
+
+#[test]
+fn sparse_path_gives_the_same_loss_and_gradients_with_the_fused_flex_kernels() {
+    sparse_path_matches::<Autodiff<Flex>>();
+}
+
+fn dense_path_matches<B: AutodiffBackend>() {
     let reference = fixture("mlm_head.json");
-    let (head, embedding) = reference_head(&reference);
+    let (head, embedding) = reference_head::<B>(&reference);
     let shape: [usize; 3] = dims(&reference["hidden_shape"]);
     let hidden =
         tensor::<B, 3>(floats(&reference["hidden"]), shape, &Default::default()).require_grad();
@@ -133,7 +153,8 @@ fn dense_path_matches_transformers_head() {
     );
 
     let out =
-        masked_cross_entropy_with_labels(logits, labels(&reference, [shape[0], shape[1]])).unwrap();
+        masked_cross_entropy_with_labels(logits, labels::<B>(&reference, [shape[0], shape[1]]))
+            .unwrap();
     let expected_loss = expected["loss_mean"].as_f64().unwrap() as f32;
     assert_close(
         "loss",
@@ -146,10 +167,9 @@ fn dense_path_matches_transformers_head() {
     assert_reference_gradients(&reference, out.loss, &hidden, &head, &embedding);
 }
 
-#[test]
-fn sparse_path_gives_the_same_loss_and_gradients() {
+fn sparse_path_matches<B: AutodiffBackend>() {
     let reference = fixture("mlm_head.json");
-    let (head, embedding) = reference_head(&reference);
+    let (head, embedding) = reference_head::<B>(&reference);
     let shape: [usize; 3] = dims(&reference["hidden_shape"]);
     let device = Default::default();
     let hidden = tensor::<B, 3>(floats(&reference["hidden"]), shape, &device).require_grad();

@@ -1,0 +1,243 @@
+//! burn-flex's kernels and their autodiff operations: the fused cross-entropy and GELU.
+
+use std::any::Any;
+
+use burn::backend::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
+use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, Int, Shape, Tensor, TensorData, TensorPrimitive};
+use burn_flex::{Flex, FlexTensor};
+use rayon::prelude::*;
+
+use super::CrossEntropySum;
+use super::cpu;
+
+type Inputs<B> = (Tensor<B, 2>, Tensor<B, 1, Int>);
+
+/// The fused path when `B` is `Flex` or `Autodiff<Flex>` and the logits are `f32`;
+/// the inputs back otherwise. (`Any` tells the types apart at no cost, so callers stay
+/// generic over `B: Backend`.)
+pub(super) fn try_fused<B: Backend>(
+    logits: Tensor<B, 2>,
+    targets: Tensor<B, 1, Int>,
+    eps: f64,
+) -> Result<CrossEntropySum<B>, Inputs<B>> {
+    if logits.dtype() != DType::F32 {
+        return Err((logits, targets));
+    }
+    let inputs: Box<dyn Any> = Box::new((logits, targets));
+    let inputs = match inputs.downcast::<Inputs<Autodiff<Flex>>>() {
+        Ok(inputs) => return Ok(cast(tracked(inputs.0, inputs.1, eps))),
+        Err(other) => other,
+    };
+    match inputs.downcast::<Inputs<Flex>>() {
+        Ok(inputs) => {
+            let (loss_sum, _, n_correct) = kernel(inputs.0, inputs.1, eps, false);
+            Ok(cast(CrossEntropySum {
+                loss_sum,
+                n_correct,
+            }))
+        }
+        Err(other) => Err(*other.downcast::<Inputs<B>>().expect("B's own inputs")),
+    }
+}
+
+/// GELU when `B` is `Flex` or `Autodiff<Flex>` and `x` is `f32`: the CPU kernel, and under
+/// autodiff one operation whose backward is `grad · GELU'(x)`; `x` back otherwise.
+pub(crate) fn flex_gelu<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+) -> Result<Tensor<B, D>, Tensor<B, D>> {
+    if x.dtype() != DType::F32 {
+        return Err(x);
+    }
+    let x: Box<dyn Any> = Box::new(x);
+    let y: Box<dyn Any> = match x.downcast::<Tensor<Autodiff<Flex>, D>>() {
+        Ok(x) => Box::new(tracked_gelu(*x)),
+        Err(x) => match x.downcast::<Tensor<Flex, D>>() {
+            Ok(x) => Box::new(gelu(*x)),
+            Err(x) => return Err(*x.downcast::<Tensor<B, D>>().expect("B's own tensor")),
+        },
+    };
+    Ok(*y.downcast::<Tensor<B, D>>().expect("the same type"))
+}
+
+/// GELU of `x`'s values, with one autodiff operation that keeps `x` for backward.
+fn tracked_gelu<const D: usize>(x: Tensor<Autodiff<Flex>, D>) -> Tensor<Autodiff<Flex>, D> {
+    let values = x.clone().inner();
+    let node = x.into_primitive().tensor().node;
+    let y = gelu(values.clone()).into_primitive().tensor();
+    let y = match GeluBackward
+        .prepare::<NoCheckpointing>([node])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish(values.into_primitive().tensor(), y),
+        OpsKind::UnTracked(prep) => prep.finish(y),
+    };
+    Tensor::from_primitive(TensorPrimitive::Float(y))
+}
+
+/// GELU's backward: its state is the input `x`.
+#[derive(Debug)]
+struct GeluBackward;
+
+impl Backward<Flex, 1> for GeluBackward {
+    type State = FloatTensor<Flex>;
+
+    fn backward(
+        self,
+        ops: Ops<Self::State, 1>,
+        grads: &mut Gradients,
+        _checkpointer: &mut Checkpointer,
+    ) {
+        let x = ops.state.to_contiguous();
+        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
+            let shape = x.layout().shape().clone();
+            let grad = grad.to_contiguous();
+            let (x, grad) = (values(&x), values(&grad));
+            let mut out = vec![0f32; x.len()];
+            out.par_chunks_mut(CHUNK)
+                .zip(x.par_chunks(CHUNK).zip(grad.par_chunks(CHUNK)))
+                .for_each(|(out, (x, grad))| cpu::gelu_backward(x, grad, out));
+            FlexTensor::from_data(TensorData::new(out, shape))
+        });
+    }
+}
+
+/// Elements per parallel task of the elementwise kernels.
+const CHUNK: usize = 16 * 1024;
+
+/// GELU of a `Flex` tensor, in parallel chunks.
+fn gelu<const D: usize>(x: Tensor<Flex, D>) -> Tensor<Flex, D> {
+    let (shape, device) = (x.shape(), x.device());
+    let x = x.into_primitive().tensor().to_contiguous();
+    let x = values(&x);
+    let mut y = vec![0f32; x.len()];
+    y.par_chunks_mut(CHUNK)
+        .zip(x.par_chunks(CHUNK))
+        .for_each(|(y, x)| cpu::gelu(x, y));
+    Tensor::from_data(TensorData::new(y, shape), &device)
+}
+
+/// The values of a contiguous `f32` tensor.
+fn values(t: &FlexTensor) -> &[f32] {
+    t.as_slice().expect("a contiguous f32 tensor")
+}
+
+/// `CrossEntropySum<C>` as `CrossEntropySum<B>` where `C` is `B`.
+fn cast<C: Backend, B: Backend>(sum: CrossEntropySum<C>) -> CrossEntropySum<B> {
+    let parts: Box<dyn Any> = Box::new((sum.loss_sum, sum.n_correct));
+    let (loss_sum, n_correct) = *parts
+        .downcast::<(Tensor<B, 1>, Tensor<B, 1, Int>)>()
+        .expect("C is B");
+    CrossEntropySum {
+        loss_sum,
+        n_correct,
+    }
+}
+
+/// Runs the kernel on the logits' values and records one autodiff operation whose
+/// backward is `saved gradient × incoming gradient`.
+fn tracked(
+    logits: Tensor<Autodiff<Flex>, 2>,
+    targets: Tensor<Autodiff<Flex>, 1, Int>,
+    eps: f64,
+) -> CrossEntropySum<Autodiff<Flex>> {
+    let values = logits.clone().inner();
+    let (targets, node) = (targets.inner(), logits.into_primitive().tensor().node);
+    let op = SavedGradient.prepare::<NoCheckpointing>([node]);
+    let (loss_sum, n_correct) = match op.compute_bound().stateful() {
+        OpsKind::Tracked(prep) => {
+            let (loss_sum, gradient, n_correct) = kernel(values, targets, eps, true);
+            let gradient = gradient.expect("asked for").into_primitive().tensor();
+            (
+                prep.finish(gradient, loss_sum.into_primitive().tensor()),
+                n_correct,
+            )
+        }
+        OpsKind::UnTracked(prep) => {
+            let (loss_sum, _, n_correct) = kernel(values, targets, eps, false);
+            (prep.finish(loss_sum.into_primitive().tensor()), n_correct)
+        }
+    };
+    CrossEntropySum {
+        loss_sum: Tensor::from_primitive(TensorPrimitive::Float(loss_sum)),
+        n_correct: Tensor::from_inner(n_correct),
+    }
+}
+
+/// Backward of the fused loss: its state is `∂ loss_sum / ∂ logits`, `[n, vocab]`.
+#[derive(Debug)]
+struct SavedGradient;
+
+impl Backward<Flex, 1> for SavedGradient {
+    type State = FloatTensor<Flex>;
+
+    fn backward(
+        self,
+        ops: Ops<Self::State, 1>,
+        grads: &mut Gradients,
+        _checkpointer: &mut Checkpointer,
+    ) {
+        let gradient = ops.state;
+        unary::<Flex, _>(ops.parents, ops.node, grads, |incoming| {
+            let incoming = Tensor::<Flex, 1>::from_primitive(TensorPrimitive::Float(incoming));
+            let gradient = Tensor::<Flex, 2>::from_primitive(TensorPrimitive::Float(gradient));
+            (gradient * incoming.unsqueeze::<2>())
+                .into_primitive()
+                .tensor()
+        });
+    }
+}
+
+/// `(loss_sum [1], gradient [n, vocab] when asked, n_correct [1])` of `f32` logits, rows
+/// in parallel.
+fn kernel(
+    logits: Tensor<Flex, 2>,
+    targets: Tensor<Flex, 1, Int>,
+    eps: f64,
+    wants_gradient: bool,
+) -> (
+    Tensor<Flex, 1>,
+    Option<Tensor<Flex, 2>>,
+    Tensor<Flex, 1, Int>,
+) {
+    let [n, vocab] = logits.dims();
+    let device = logits.device();
+    let targets = targets
+        .into_data()
+        .convert::<i64>()
+        .into_vec::<i64>()
+        .expect("an Int tensor converts to i64");
+    let logits = logits.into_primitive().tensor().to_contiguous();
+    let z = values(&logits);
+    let eps = eps as f32;
+    let per_row = |(z, &t): (&[f32], &i64), g: Option<&mut [f32]>| {
+        let (nll, correct) = cpu::cross_entropy_row(z, t as usize, eps, g);
+        (f64::from(nll), usize::from(correct))
+    };
+    let add = |a: (f64, usize), b: (f64, usize)| (a.0 + b.0, a.1 + b.1);
+    let rows = z.par_chunks(vocab).zip(targets.par_iter());
+    let (loss_sum, n_correct, gradient) = if wants_gradient {
+        let mut g = vec![0f32; n * vocab];
+        let (loss_sum, n_correct) = rows
+            .zip(g.par_chunks_mut(vocab))
+            .map(|(r, g)| per_row(r, Some(g)))
+            .reduce(|| (0.0, 0), add);
+        (loss_sum, n_correct, Some(g))
+    } else {
+        let (loss_sum, n_correct) = rows.map(|r| per_row(r, None)).reduce(|| (0.0, 0), add);
+        (loss_sum, n_correct, None)
+    };
+    let gradient =
+        gradient.map(|g| Tensor::from_data(TensorData::new(g, Shape::new([n, vocab])), &device));
+    (
+        Tensor::from_data(TensorData::new(vec![loss_sum as f32], [1]), &device),
+        gradient,
+        Tensor::from_data(TensorData::new(vec![n_correct as i64], [1]), &device),
+    )
+}

@@ -1,0 +1,153 @@
+//! Fused operations of the MLM step, each one sweep over its data instead of a chain of
+//! tensor ops:
+//! - the masked cross-entropy: one sweep over each row of logits gives the row's
+//!   `-log p(true token)` and, in the same pass, its gradient `softmax − onehot`, which is all
+//!   that backward needs (it only scales it): the idea of Liger-Kernel's fused linear
+//!   cross-entropy (Hsu et al. 2024, §3.2), without the chunked matmul;
+//! - GELU (erf form) and its exact derivative ([`crate::gelu`]).
+//!
+//! Each has two implementations of one contract:
+//! - plain tensor ops on any backend (autodiff derives the gradient): the reference, and what
+//!   every backend without a kernel of its own runs ([`composed`] for the loss);
+//! - burn-flex (`flex` feature): CPU kernels over contiguous `f32` data ([`cpu`]: vectorised,
+//!   polynomial `exp` and `erf`, parallel over rows or chunks), each wired into burn's autodiff
+//!   as one operation whose backward uses what the forward saved.
+//!
+//! The callers stay generic over `B: Backend`: the kernel path is taken when `B` is `Flex` or
+//! `Autodiff<Flex>` (told apart at run time through `Any`, at no cost), so a backend needs no
+//! trait of ours to keep working, and CubeCL kernels for wgpu and cuda can join the same way.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor};
+
+/// Σ over rows of the label-smoothed negative log-likelihood, and how many rows the logits
+/// rank first on their true token.
+pub(crate) struct CrossEntropySum<B: Backend> {
+    /// `Σ_i (1 − ε)(lse_i − z_{i,t_i}) + ε (lse_i − mean_j z_{ij})`, nats, `[1]`.
+    pub(crate) loss_sum: Tensor<B, 1>,
+    /// Rows whose arg-max (first maximum) is the target, `[1]`.
+    pub(crate) n_correct: Tensor<B, 1, Int>,
+}
+
+/// The summed cross-entropy of `logits` `[n, vocab]` (`n ≥ 1`) against `targets` `[n]`
+/// (every one in `0..vocab`; the caller checks), label smoothing `ε` in `[0, 1]`. A fused
+/// kernel where `B` has one, [`composed`] ops otherwise.
+pub(crate) fn cross_entropy_sum<B: Backend>(
+    logits: Tensor<B, 2>,
+    targets: Tensor<B, 1, Int>,
+    label_smoothing: f64,
+) -> CrossEntropySum<B> {
+    #[cfg(feature = "flex")]
+    let (logits, targets) = match flex::try_fused(logits, targets, label_smoothing) {
+        Ok(fused) => return fused,
+        Err(inputs) => inputs,
+    };
+    composed(logits, targets, label_smoothing)
+}
+
+/// [`cross_entropy_sum`] in plain tensor ops: max-subtracted log-sum-exp, the true token
+/// picked by `gather`.
+pub(crate) fn composed<B: Backend>(
+    logits: Tensor<B, 2>,
+    targets: Tensor<B, 1, Int>,
+    label_smoothing: f64,
+) -> CrossEntropySum<B> {
+    let n_correct = logits
+        .clone()
+        .argmax(1)
+        .squeeze_dim::<1>(1)
+        .equal(targets.clone())
+        .int()
+        .sum();
+    // Log-softmax by max-subtracted log-sum-exp: log p_j = (z_j - max) - log Σ_k exp(z_k - max).
+    let row_max = logits.clone().detach().max_dim(1);
+    let shifted = logits - row_max;
+    let log_sum_exp = shifted.clone().exp().sum_dim(1).log();
+    // Pick the true token: -log p_t = log_sum_exp - (z_t - max).
+    let true_shifted = shifted.clone().gather(1, targets.unsqueeze_dim(1));
+    let mut nll = log_sum_exp.clone() - true_shifted;
+    if label_smoothing > 0.0 {
+        // -Σ_j (ε / V) log p_j = log_sum_exp - mean_j (z_j - max).
+        let uniform_nll = log_sum_exp - shifted.mean_dim(1);
+        nll = nll * (1.0 - label_smoothing) + uniform_nll * label_smoothing;
+    }
+    CrossEntropySum {
+        loss_sum: nll.sum(),
+        n_correct,
+    }
+}
+
+mod cpu;
+
+#[cfg(feature = "flex")]
+mod flex;
+#[cfg(feature = "flex")]
+pub(crate) use flex::flex_gelu;
+
+#[cfg(test)]
+mod tests {
+    use super::cpu::{cross_entropy_row, erf, exp, gelu, gelu_backward};
+
+    #[test]
+    fn the_polynomial_exp_is_within_2_ulp_of_libm() {
+        let mut x = -87.0f32;
+        while x < 88.0 {
+            let (got, want) = (exp(x), x.exp());
+            assert!(
+                (got - want).abs() <= 2.0 * f32::EPSILON * want,
+                "exp({x}) = {got}, libm {want}"
+            );
+            x += 0.013;
+        }
+        assert!(exp(f32::NAN).is_nan());
+        assert!(exp(-1e4) < 1e-37);
+    }
+
+    #[test]
+    fn a_row_gives_the_seed_example_and_its_gradient() {
+        // Logits (2, 1, 0), true token 0: -log softmax = 0.407606, gradient softmax - onehot.
+        let mut g = [0f32; 3];
+        let (nll, correct) = cross_entropy_row(&[2.0, 1.0, 0.0], 0, 0.0, Some(&mut g));
+        assert!((nll - 0.407_606).abs() < 1e-6, "{nll}");
+        assert!(correct);
+        for (got, want) in g.iter().zip([-0.334_759, 0.244_728, 0.090_031]) {
+            assert!((got - want).abs() < 1e-6, "{g:?}");
+        }
+    }
+
+    #[test]
+    fn erf_is_within_4e_7_of_libm() {
+        let mut x = -6.0f64;
+        let mut worst = (0.0, 0.0);
+        while x < 6.0 {
+            let error = (f64::from(erf(x as f32)) - libm::erf(f64::from(x as f32))).abs();
+            worst = if error > worst.0 { (error, x) } else { worst };
+            x += 0.001;
+        }
+        assert!(
+            worst.0 < 4e-7,
+            "erf({}) is {:e} off libm's",
+            worst.1,
+            worst.0
+        );
+        assert!(erf(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn gelu_and_its_derivative_match_the_erf_formula_in_f64() {
+        let x: Vec<f32> = (0..2001).map(|i| -8.0 + 0.008 * i as f32).collect();
+        let (mut y, mut dy) = (vec![0f32; x.len()], vec![0f32; x.len()]);
+        gelu(&x, &mut y);
+        gelu_backward(&x, &vec![1.0; x.len()], &mut dy);
+        for ((&x, &y), &dy) in x.iter().zip(&y).zip(&dy) {
+            let x = f64::from(x);
+            let cdf = 0.5 * (1.0 + libm::erf(x / std::f64::consts::SQRT_2));
+            let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+            assert!(
+                (f64::from(y) - x * cdf).abs() < 1e-6 * (1.0 + x.abs()),
+                "gelu({x})"
+            );
+            assert!((f64::from(dy) - (cdf + x * pdf)).abs() < 1e-6, "gelu'({x})");
+        }
+    }
+}
