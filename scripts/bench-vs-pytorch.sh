@@ -33,7 +33,7 @@ fi
 # Ours: criterion, then the memory and GFLOP/s table (written as JSON).
 # criterion takes one filter: a single shape's name, or none for both.
 filter=$([ "$shapes" = base,tiny ] || echo "$shapes")
-HEAD_LOSS_JSON="$PWD/$out/ours.json" cargo bench -p mlm-core --bench head_loss -- $filter
+HEAD_LOSS_JSON="$PWD/$out/ours.json" cargo bench -p mlm-core --features flex --bench head_loss -- $filter
 "$venv/bin/python" crates/mlm-core/benches/peers/torch_mlm_head.py --shapes "$shapes" \
     --json "$out/theirs.json"
 

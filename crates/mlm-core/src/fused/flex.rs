@@ -68,17 +68,29 @@ pub(crate) fn flex_gelu<B: Backend, const D: usize>(
 /// GELU of `x`'s values, with one autodiff operation that keeps `x` for backward.
 fn tracked_gelu<const D: usize>(x: Tensor<Autodiff<Flex>, D>) -> Tensor<Autodiff<Flex>, D> {
     let values = x.clone().inner();
-    let node = x.into_primitive().tensor().node;
-    let y = gelu(values.clone()).into_primitive().tensor();
-    let y = match GeluBackward
-        .prepare::<NoCheckpointing>([node])
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => prep.finish(values.into_primitive().tensor(), y),
-        OpsKind::UnTracked(prep) => prep.finish(y),
-    };
+    let y = record(GeluBackward, x.into_primitive().tensor(), |tracked| {
+        let y = gelu(values.clone()).into_primitive().tensor();
+        (y, tracked.then(|| values.into_primitive().tensor()))
+    });
     Tensor::from_primitive(TensorPrimitive::Float(y))
+}
+
+/// Records `op` as the one autodiff operation from `input` to the output `run(tracked)`
+/// computes; `run` also returns the state `op`'s backward keeps, needed only when `tracked`
+/// (the input's graph wants a gradient).
+fn record<O: Backward<Flex, 1, State = FloatTensor<Flex>>>(
+    op: O,
+    input: FloatTensor<Autodiff<Flex>>,
+    run: impl FnOnce(bool) -> (FloatTensor<Flex>, Option<FloatTensor<Flex>>),
+) -> FloatTensor<Autodiff<Flex>> {
+    let prepared = op.prepare::<NoCheckpointing>([input.node]);
+    match prepared.compute_bound().stateful() {
+        OpsKind::Tracked(prep) => {
+            let (output, state) = run(true);
+            prep.finish(state.expect("a tracked operation's state"), output)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(run(false).0),
+    }
 }
 
 /// GELU's backward: its state is the input `x`.
@@ -148,22 +160,15 @@ fn tracked(
     eps: f64,
 ) -> CrossEntropySum<Autodiff<Flex>> {
     let values = logits.clone().inner();
-    let (targets, node) = (targets.inner(), logits.into_primitive().tensor().node);
-    let op = SavedGradient.prepare::<NoCheckpointing>([node]);
-    let (loss_sum, n_correct) = match op.compute_bound().stateful() {
-        OpsKind::Tracked(prep) => {
-            let (loss_sum, gradient, n_correct) = kernel(values, targets, eps, true);
-            let gradient = gradient.expect("asked for").into_primitive().tensor();
-            (
-                prep.finish(gradient, loss_sum.into_primitive().tensor()),
-                n_correct,
-            )
-        }
-        OpsKind::UnTracked(prep) => {
-            let (loss_sum, _, n_correct) = kernel(values, targets, eps, false);
-            (prep.finish(loss_sum.into_primitive().tensor()), n_correct)
-        }
-    };
+    let targets = targets.inner();
+    let mut n_correct = None;
+    let loss_sum = record(SavedGradient, logits.into_primitive().tensor(), |tracked| {
+        let (loss_sum, gradient, correct) = kernel(values, targets, eps, tracked);
+        n_correct = Some(correct);
+        let gradient = gradient.map(|g| g.into_primitive().tensor());
+        (loss_sum.into_primitive().tensor(), gradient)
+    });
+    let n_correct = n_correct.expect("the kernel ran");
     CrossEntropySum {
         loss_sum: Tensor::from_primitive(TensorPrimitive::Float(loss_sum)),
         n_correct: Tensor::from_inner(n_correct),
