@@ -200,7 +200,7 @@ impl Backward<Flex, 1> for SavedGradient {
 }
 
 /// `(loss_sum [1], gradient [n, vocab] when asked, n_correct [1])` of `f32` logits, rows
-/// in parallel.
+/// in parallel, summed in row order.
 fn kernel(
     logits: Tensor<Flex, 2>,
     targets: Tensor<Flex, 1, Int>,
@@ -225,19 +225,21 @@ fn kernel(
         let (nll, correct) = cpu::cross_entropy_row(z, t as usize, eps, g);
         (f64::from(nll), usize::from(correct))
     };
-    let add = |a: (f64, usize), b: (f64, usize)| (a.0 + b.0, a.1 + b.1);
     let rows = z.par_chunks(vocab).zip(targets.par_iter());
-    let (loss_sum, n_correct, gradient) = if wants_gradient {
+    // Rows in parallel, but summed in row order: the same loss on every run, whatever the
+    // threads did.
+    let (per_rows, gradient): (Vec<(f64, usize)>, _) = if wants_gradient {
         let mut g = vec![0f32; n * vocab];
-        let (loss_sum, n_correct) = rows
+        let per_rows = rows
             .zip(g.par_chunks_mut(vocab))
             .map(|(r, g)| per_row(r, Some(g)))
-            .reduce(|| (0.0, 0), add);
-        (loss_sum, n_correct, Some(g))
+            .collect();
+        (per_rows, Some(g))
     } else {
-        let (loss_sum, n_correct) = rows.map(|r| per_row(r, None)).reduce(|| (0.0, 0), add);
-        (loss_sum, n_correct, None)
+        (rows.map(|r| per_row(r, None)).collect(), None)
     };
+    let loss_sum: f64 = per_rows.iter().map(|r| r.0).sum();
+    let n_correct: usize = per_rows.iter().map(|r| r.1).sum();
     let gradient =
         gradient.map(|g| Tensor::from_data(TensorData::new(g, Shape::new([n, vocab])), &device));
     (
