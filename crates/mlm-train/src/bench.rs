@@ -15,6 +15,7 @@ use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Adapter, BackendKind};
+use crate::config::TrainConfig;
 use crate::data::make_shards;
 use crate::error::{TrainError, io, write_json};
 use crate::gradients::{clip_global_norm, shard_gradients};
@@ -101,7 +102,9 @@ impl BackendBench {
 /// ids on every backend, so the losses differ only by the backends' arithmetic.
 ///
 /// # Errors
-/// [`TrainError::Config`] for an invalid model or masking setting; model errors.
+/// [`TrainError::Config`] for an invalid model or masking setting;
+/// [`TrainError::StepTooLarge`] if a step would need more memory than the machine has (the
+/// trainer's estimate); model errors.
 pub fn bench_backend<B: AutodiffBackend>(
     config: &BackendBenchConfig,
     kind: BackendKind,
@@ -124,6 +127,17 @@ pub fn bench_backend<B: AutodiffBackend>(
             config.parallel_shards
         )));
     }
+    // The trainer's memory estimate of the same step: a size that cannot fit is refused
+    // before anything is allocated.
+    crate::memory::check_fits(
+        &TrainConfig::new("".into())
+            .with_model(config.model.clone())
+            .with_vocab_size(m.vocab_size)
+            .with_max_seq_len(config.seq_len)
+            .with_batch_size(config.batch_size)
+            .with_parallel_shards(config.parallel_shards)
+            .with_mlm_probability(config.mlm_probability),
+    )?;
     // Ids 0..5 stand for the specials [PAD] [UNK] [CLS] [SEP] [MASK].
     let (mask_id, specials) = (4, vec![0, 1, 2, 3, 4]);
     let vocab = config.model.vocab_size as u32;
