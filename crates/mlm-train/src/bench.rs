@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use burn::config::Config;
-use burn::optim::{AdamWConfig, GradientsAccumulator, Optimizer};
+use burn::optim::Optimizer;
 use burn::tensor::backend::AutodiffBackend;
 use mlm_core::{MaskedCrossEntropy, MaskingConfig};
 use rand::RngExt;
@@ -18,7 +18,7 @@ use crate::backend::{Adapter, BackendKind};
 use crate::config::TrainConfig;
 use crate::data::make_shards;
 use crate::error::{TrainError, io, write_json};
-use crate::gradients::{clip_global_norm, shard_gradients};
+use crate::gradients::{adamw, clip_global_norm, shard_gradients, sum_shards};
 use crate::model::{BertConfig, BertForMaskedLm};
 use crate::seed::{Stream, stream_rng};
 
@@ -127,17 +127,17 @@ pub fn bench_backend<B: AutodiffBackend>(
             config.parallel_shards
         )));
     }
-    // The trainer's memory estimate of the same step: a size that cannot fit is refused
-    // before anything is allocated.
-    crate::memory::check_fits(
-        &TrainConfig::new("".into())
-            .with_model(config.model.clone())
-            .with_vocab_size(m.vocab_size)
-            .with_max_seq_len(config.seq_len)
-            .with_batch_size(config.batch_size)
-            .with_parallel_shards(config.parallel_shards)
-            .with_mlm_probability(config.mlm_probability),
-    )?;
+    // The same step as the trainer's, with its defaults for the optimizer and clipping; a
+    // size that cannot fit in memory (the trainer's estimate) is refused before anything is
+    // allocated.
+    let train = TrainConfig::new("".into())
+        .with_model(config.model.clone())
+        .with_vocab_size(m.vocab_size)
+        .with_max_seq_len(config.seq_len)
+        .with_batch_size(config.batch_size)
+        .with_parallel_shards(config.parallel_shards)
+        .with_mlm_probability(config.mlm_probability);
+    crate::memory::check_fits(&train)?;
     // Ids 0..5 stand for the specials [PAD] [UNK] [CLS] [SEP] [MASK].
     let (mask_id, specials) = (4, vec![0, 1, 2, 3, 4]);
     let vocab = config.model.vocab_size as u32;
@@ -194,18 +194,11 @@ pub fn bench_backend<B: AutodiffBackend>(
     }
     sync()?;
     let unsynced = started.elapsed().as_secs_f64() / config.timed_steps as f64;
-    let mut optimizer = AdamWConfig::new()
-        .with_weight_decay(0.01)
-        .with_epsilon(1e-6)
-        .init();
+    let mut optimizer = adamw(train.weight_decay);
     let (train_step, _) = timed(&mut || {
         let (loss, shards) = gradients(&model)?;
-        let mut accumulator = GradientsAccumulator::new();
-        for shard in shards {
-            accumulator.accumulate(&model, shard.grads);
-        }
-        let mut grads = accumulator.grads();
-        clip_global_norm(&model, &mut grads, 1.0);
+        let mut grads = sum_shards(&model, shards).grads;
+        clip_global_norm(&model, &mut grads, train.max_grad_norm);
         model = optimizer.step(1e-4, model.clone(), grads);
         Ok(loss)
     })?;

@@ -3,7 +3,8 @@
 //! global norm.
 
 use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param};
-use burn::optim::GradientsParams;
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::{AdamW, AdamWConfig, GradientsAccumulator, GradientsParams};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Tensor};
 use mlm_core::MaskedCrossEntropy;
@@ -94,6 +95,37 @@ pub(crate) fn shard_gradients<B: AutodiffBackend>(
             .map(|thread| thread.join().expect("a shard's thread panicked"))
             .collect()
     })
+}
+
+/// The shards of one step added up: their gradients by parameter, their summed loss and
+/// correct count.
+pub(crate) fn sum_shards<B: AutodiffBackend>(
+    model: &BertForMaskedLm<B>,
+    shards: Vec<ShardGradients>,
+) -> ShardGradients {
+    let mut accumulator = GradientsAccumulator::<BertForMaskedLm<B>>::new();
+    let (mut loss_sum, mut n_correct) = (0.0, 0);
+    for shard in shards {
+        loss_sum += shard.loss_sum;
+        n_correct += shard.n_correct;
+        accumulator.accumulate(model, shard.grads);
+    }
+    ShardGradients {
+        grads: accumulator.grads(),
+        loss_sum,
+        n_correct,
+    }
+}
+
+/// The trainer's optimizer: AdamW with decoupled weight decay `weight_decay` and ε 1e-6
+/// (BERT's, Devlin et al. 2019, Appendix A.2, as Hugging Face trains it).
+pub(crate) fn adamw<B: AutodiffBackend>(
+    weight_decay: f64,
+) -> OptimizerAdaptor<AdamW, BertForMaskedLm<B>, B> {
+    AdamWConfig::new()
+        .with_weight_decay(weight_decay as f32)
+        .with_epsilon(1e-6)
+        .init()
 }
 
 /// Scales `grads` so that their global L2 norm is at most `max_norm`; returns the norm before.

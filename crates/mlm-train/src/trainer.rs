@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{AdamW, AdamWConfig, GradientsAccumulator, GradientsParams, Optimizer};
+use burn::optim::{AdamW, GradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use mlm_core::{MaskedBatch, MaskedCrossEntropy, Masker};
 
@@ -26,7 +26,7 @@ use crate::config::{TrainConfig, learning_rate, learning_rate_at};
 use crate::data::{WordPieceTokenizer, mask_shards, to_device};
 use crate::error::TrainError;
 use crate::eval::{EvalMetrics, evaluate};
-use crate::gradients::{clip_global_norm, shard_gradients};
+use crate::gradients::{adamw, clip_global_norm, shard_gradients, sum_shards};
 use crate::model::BertForMaskedLm;
 use crate::report::{MetricsRow, SegmentSummary, Summary, Traffic};
 use crate::seed::{Stream, derive_seed};
@@ -156,10 +156,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         };
         Ok(Self {
             model: config.model.init_seeded(config.seed, device),
-            optimizer: AdamWConfig::new()
-                .with_weight_decay(config.weight_decay as f32)
-                .with_epsilon(1e-6)
-                .init(),
+            optimizer: adamw(config.weight_decay),
             masker: tokenizer.masker(config.mlm_probability, config.masking, config.seed)?,
             loss_fn: MaskedCrossEntropy::default(),
             segment: Segment::at(&state),
@@ -228,16 +225,14 @@ impl<B: AutodiffBackend> Trainer<B> {
             .iter()
             .map(|shard| to_device(shard, self.pad_id, &self.device))
             .collect();
-        let mut accumulator = GradientsAccumulator::<BertForMaskedLm<B>>::new();
-        let mut totals = [0.0, 0.0, StopSignal::code(crate::stop::requested()), 0.0];
+        // The stop request as it stood when the step began.
+        let stop = StopSignal::code(crate::stop::requested());
         let parallel = self.config.model.hidden_dropout_prob == 0.0
             && self.config.model.attention_probs_dropout_prob == 0.0;
-        for shard in shard_gradients(&self.model, shards, &self.loss_fn, n_masked, parallel)? {
-            totals[0] += shard.loss_sum;
-            totals[1] += shard.n_correct as f64;
-            accumulator.accumulate(&self.model, shard.grads);
-        }
-        let mut grads = accumulator.grads();
+        let shards = shard_gradients(&self.model, shards, &self.loss_fn, n_masked, parallel)?;
+        let sum = sum_shards(&self.model, shards);
+        let mut totals = [sum.loss_sum, sum.n_correct as f64, stop, 0.0];
+        let mut grads = sum.grads;
         if let (0, Some(budget)) = (self.rank.rank, self.config.time_budget_seconds) {
             let clock = self.segment.elapsed_before + self.segment.started.elapsed().as_secs_f64();
             totals[3] = clock / budget;
