@@ -19,12 +19,15 @@
 //! - [`masked_cross_entropy`], [`masked_cross_entropy_with_labels`], [`MaskedCrossEntropy`]:
 //!   the mean of `-log p(true token)` over the masked positions only, with the sum and
 //!   count needed to normalise gradient accumulation globally.
+//! - [`multi_head_attention`] ([`attention`]): the encoder's self-attention in one operation
+//!   (a fused kernel on burn-flex), for the encoder that feeds the head.
 //!
 //! - `learner` (with the `train` feature, so not linked here): `MlmBatcher`
 //!   and `MlmOutput`, the pieces burn-train's `DataLoader` and `Learner` need.
 //!
 //! Bad input is answered with an [`MlmError`], never a silently wrong number.
 
+pub mod attention;
 mod error;
 mod fused;
 pub mod head;
@@ -33,6 +36,7 @@ pub mod learner;
 pub mod loss;
 pub mod masking;
 
+pub use attention::multi_head_attention;
 pub use error::MlmError;
 pub use head::{MlmHead, MlmHeadConfig, MlmHeadTransform, gelu};
 pub use loss::{

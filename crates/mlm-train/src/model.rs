@@ -12,10 +12,10 @@ use burn::nn::{
     Dropout, DropoutConfig, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear,
     LinearConfig,
 };
-use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Distribution, Int, Tensor, TensorData};
-use mlm_core::{MlmError, MlmHead, MlmHeadConfig, gelu};
+use mlm_core::attention::{self, PADDING_BIAS};
+use mlm_core::{MlmError, MlmHead, MlmHeadConfig, gelu, multi_head_attention};
 
 use crate::seed::{Stream, stream_rng};
 use rand::rngs::StdRng;
@@ -416,6 +416,16 @@ impl<B: Backend> BertEmbeddings<B> {
     }
 }
 
+/// `linear` applied to every token of `x [batch, seq, d_in]` → `[batch, seq, d_out]`, as one
+/// `[batch·seq, d_in] × [d_in, d_out]` product: burn's 3-D `linear` broadcasts the weight into
+/// one small product per sequence, and its weight gradient into a `[batch, d_in, d_out]` sum.
+fn per_token<B: Backend>(linear: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    let [batch, seq, d_in] = x.dims();
+    let y = linear.forward(x.reshape([batch * seq, d_in]));
+    let d_out = y.dims()[1];
+    y.reshape([batch, seq, d_out])
+}
+
 /// Multi-head scaled dot-product self-attention (`attention.self` in Hugging Face's names).
 #[derive(Module, Debug)]
 pub struct BertSelfAttention<B: Backend> {
@@ -432,36 +442,26 @@ pub struct BertSelfAttention<B: Backend> {
 }
 
 impl<B: Backend> BertSelfAttention<B> {
-    /// `hidden [batch, seq, d_model]`, `mask_bias [batch, 1, 1, seq]` (0 or a large negative
-    /// number at padding keys) → context `[batch, seq, d_model]`.
-    pub fn forward(&self, hidden: Tensor<B, 3>, mask_bias: Tensor<B, 4>) -> Tensor<B, 3> {
-        let [batch, seq, d_model] = hidden.dims();
-        let value = self.split_heads(self.value.forward(hidden.clone()));
-        let probs = self.dropout.forward(self.probabilities(hidden, mask_bias));
-        probs
-            .matmul(value)
-            .swap_dims(1, 2)
-            .reshape([batch, seq, d_model])
+    /// `hidden [batch, seq, d_model]`, `key_bias [batch, seq]` (0, or
+    /// [`PADDING_BIAS`] at padding keys) → context `[batch, seq, d_model]`. Without dropout
+    /// on the probabilities, one [`multi_head_attention`] (a fused kernel on flex).
+    pub fn forward(&self, hidden: Tensor<B, 3>, key_bias: Tensor<B, 2>) -> Tensor<B, 3> {
+        let heads = self.num_attention_heads;
+        let [query, key, value] =
+            [&self.query, &self.key, &self.value].map(|linear| per_token(linear, hidden.clone()));
+        if self.dropout.prob == 0.0 {
+            return multi_head_attention(query, key, value, key_bias, heads);
+        }
+        let probs = attention::probabilities(query, key, key_bias, heads);
+        attention::context(self.dropout.forward(probs), value)
     }
 
     /// Attention probabilities `[batch, heads, query, key]` (rows sum to 1), before dropout;
     /// arguments as in [`forward`](Self::forward).
-    pub fn probabilities(&self, hidden: Tensor<B, 3>, mask_bias: Tensor<B, 4>) -> Tensor<B, 4> {
-        let head_dim = hidden.dims()[2] / self.num_attention_heads;
-        let query = self.split_heads(self.query.forward(hidden.clone()));
-        let key = self.split_heads(self.key.forward(hidden));
-        softmax(
-            query.matmul(key.transpose()) / (head_dim as f64).sqrt() + mask_bias,
-            3,
-        )
-    }
-
-    /// `[batch, seq, d_model]` → `[batch, heads, seq, d_head]`.
-    fn split_heads(&self, x: Tensor<B, 3>) -> Tensor<B, 4> {
-        let [batch, seq, d_model] = x.dims();
-        let heads = self.num_attention_heads;
-        x.reshape([batch, seq, heads, d_model / heads])
-            .swap_dims(1, 2)
+    pub fn probabilities(&self, hidden: Tensor<B, 3>, key_bias: Tensor<B, 2>) -> Tensor<B, 4> {
+        let query = per_token(&self.query, hidden.clone());
+        let key = per_token(&self.key, hidden);
+        attention::probabilities(query, key, key_bias, self.num_attention_heads)
     }
 }
 
@@ -480,7 +480,7 @@ impl<B: Backend> BertResidual<B> {
     /// `LayerNorm(residual + dropout(dense(hidden)))`, `[batch, seq, _]` → `[batch, seq, d_model]`.
     pub fn forward(&self, hidden: Tensor<B, 3>, residual: Tensor<B, 3>) -> Tensor<B, 3> {
         self.layer_norm
-            .forward(residual + self.dropout.forward(self.dense.forward(hidden)))
+            .forward(residual + self.dropout.forward(per_token(&self.dense, hidden)))
     }
 }
 
@@ -506,13 +506,13 @@ pub struct BertLayer<B: Backend> {
 
 impl<B: Backend> BertLayer<B> {
     /// `[batch, seq, d_model]` → `[batch, seq, d_model]`.
-    pub fn forward(&self, hidden: Tensor<B, 3>, mask_bias: Tensor<B, 4>) -> Tensor<B, 3> {
+    pub fn forward(&self, hidden: Tensor<B, 3>, key_bias: Tensor<B, 2>) -> Tensor<B, 3> {
         let context = self
             .attention
             .self_attention
-            .forward(hidden.clone(), mask_bias);
+            .forward(hidden.clone(), key_bias);
         let attended = self.attention.output.forward(context, hidden);
-        let expanded = gelu(self.intermediate.forward(attended.clone()));
+        let expanded = gelu(per_token(&self.intermediate, attended.clone()));
         self.output.forward(expanded, attended)
     }
 }
@@ -542,13 +542,10 @@ impl<B: Backend> BertForMaskedLm<B> {
         padding_mask: Tensor<B, 2, Bool>,
     ) -> Tensor<B, 3> {
         // Additive bias: a padding key gets -1e9 before the softmax, i.e. probability 0.
-        let mask_bias = padding_mask
-            .float()
-            .mul_scalar(-1e9)
-            .unsqueeze_dims::<4>(&[1, 2]);
+        let key_bias = padding_mask.float().mul_scalar(PADDING_BIAS);
         let mut hidden = self.embeddings.forward(input_ids, token_type_ids);
         for layer in &self.layers {
-            hidden = layer.forward(hidden, mask_bias.clone());
+            hidden = layer.forward(hidden, key_bias.clone());
         }
         hidden
     }

@@ -183,7 +183,7 @@ fn attention_at_offset(model: &BertForMaskedLm<B>, head: usize, offset: i64) -> 
     let probs: Vec<f32> = model.layers[0]
         .attention
         .self_attention
-        .probabilities(hidden, Tensor::zeros([batch, 1, 1, seq], &device))
+        .probabilities(hidden, Tensor::zeros([batch, seq], &device))
         .slice([0..batch, head..head + 1])
         .into_data()
         .to_vec()

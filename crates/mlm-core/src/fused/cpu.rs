@@ -143,6 +143,54 @@ fn gelu_backward_slice(x: &[f32], grad: &[f32], out: &mut [f32]) {
     }
 }
 
+/// `Σ x`, lane-wise.
+#[inline(always)]
+fn lane_sum(x: &[f32]) -> f32 {
+    let mut sum = [0f32; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for j in 0..LANES {
+            sum[j] += chunk[j];
+        }
+    }
+    sum.iter().chain(tail).sum()
+}
+
+/// `scores ← softmax(scores + bias)` (same length). A score below `max − 87` gets exactly 0,
+/// so a key hidden by a `-1e9` bias has no weight at all.
+#[inline(always)]
+fn softmax_slice(scores: &mut [f32], bias: &[f32]) {
+    scores.iter_mut().zip(bias).for_each(|(s, &b)| *s += b);
+    let max = row_max(scores);
+    scores.iter_mut().for_each(|s| {
+        let x = *s - max;
+        *s = if x < -87.0 { 0.0 } else { exp(x) };
+    });
+    let inv = 1.0 / lane_sum(scores);
+    scores.iter_mut().for_each(|s| *s *= inv);
+}
+
+/// `d ← p ⊙ (d − Σ_j d_j p_j)`: the gradient through a softmax row `p` of the incoming
+/// gradient `d` of its output.
+#[inline(always)]
+fn softmax_backward_slice(p: &[f32], d: &mut [f32]) {
+    let mut dot = [0f32; LANES];
+    let done = p.len() / LANES * LANES;
+    for (p, d) in p.chunks_exact(LANES).zip(d.chunks_exact(LANES)) {
+        for j in 0..LANES {
+            dot[j] += p[j] * d[j];
+        }
+    }
+    let dot: f32 = dot.iter().sum::<f32>()
+        + p[done..]
+            .iter()
+            .zip(&d[done..])
+            .map(|(p, d)| p * d)
+            .sum::<f32>();
+    d.iter_mut().zip(p).for_each(|(d, &p)| *d = p * (*d - dot));
+}
+
 /// Defines `$name`, which runs `$inner` compiled for AVX2 + FMA (8 `f32` lanes per
 /// instruction) where the CPU has both, and as plain code elsewhere.
 macro_rules! multiversion {
@@ -182,4 +230,14 @@ multiversion! {
 multiversion! {
     /// `grad · GELU'(x)` into `out` (all three the same length).
     pub(crate) fn gelu_backward(x: &[f32], grad: &[f32], out: &mut [f32]) -> () = gelu_backward_slice;
+}
+
+multiversion! {
+    /// `scores ← softmax(scores + bias)` ([`softmax_slice`]).
+    pub(crate) fn softmax(scores: &mut [f32], bias: &[f32]) -> () = softmax_slice;
+}
+
+multiversion! {
+    /// `d ← p ⊙ (d − ⟨d, p⟩)`, the softmax's backward ([`softmax_backward_slice`]).
+    pub(crate) fn softmax_backward(p: &[f32], d: &mut [f32]) -> () = softmax_backward_slice;
 }

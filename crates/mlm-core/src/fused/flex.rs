@@ -1,4 +1,5 @@
-//! burn-flex's kernels and their autodiff operations: the fused cross-entropy and GELU.
+//! burn-flex's kernels and their autodiff operations: the fused cross-entropy, GELU and
+//! multi-head attention.
 
 use std::any::Any;
 
@@ -14,7 +15,7 @@ use burn_flex::{Flex, FlexTensor};
 use rayon::prelude::*;
 
 use super::CrossEntropySum;
-use super::cpu;
+use super::{attention, cpu};
 
 type Inputs<B> = (Tensor<B, 2>, Tensor<B, 1, Int>);
 
@@ -68,22 +69,22 @@ pub(crate) fn flex_gelu<B: Backend, const D: usize>(
 /// GELU of `x`'s values, with one autodiff operation that keeps `x` for backward.
 fn tracked_gelu<const D: usize>(x: Tensor<Autodiff<Flex>, D>) -> Tensor<Autodiff<Flex>, D> {
     let values = x.clone().inner();
-    let y = record(GeluBackward, x.into_primitive().tensor(), |tracked| {
+    let y = record(GeluBackward, [x.into_primitive().tensor()], |tracked| {
         let y = gelu(values.clone()).into_primitive().tensor();
         (y, tracked.then(|| values.into_primitive().tensor()))
     });
     Tensor::from_primitive(TensorPrimitive::Float(y))
 }
 
-/// Records `op` as the one autodiff operation from `input` to the output `run(tracked)`
+/// Records `op` as the one autodiff operation from `inputs` to the output `run(tracked)`
 /// computes; `run` also returns the state `op`'s backward keeps, needed only when `tracked`
-/// (the input's graph wants a gradient).
-fn record<O: Backward<Flex, 1, State = FloatTensor<Flex>>>(
+/// (an input's graph wants a gradient).
+fn record<const N: usize, O: Backward<Flex, N>>(
     op: O,
-    input: FloatTensor<Autodiff<Flex>>,
-    run: impl FnOnce(bool) -> (FloatTensor<Flex>, Option<FloatTensor<Flex>>),
+    inputs: [FloatTensor<Autodiff<Flex>>; N],
+    run: impl FnOnce(bool) -> (FloatTensor<Flex>, Option<O::State>),
 ) -> FloatTensor<Autodiff<Flex>> {
-    let prepared = op.prepare::<NoCheckpointing>([input.node]);
+    let prepared = op.prepare::<NoCheckpointing>(inputs.map(|input| input.node));
     match prepared.compute_bound().stateful() {
         OpsKind::Tracked(prep) => {
             let (output, state) = run(true);
@@ -162,12 +163,16 @@ fn tracked(
     let values = logits.clone().inner();
     let targets = targets.inner();
     let mut n_correct = None;
-    let loss_sum = record(SavedGradient, logits.into_primitive().tensor(), |tracked| {
-        let (loss_sum, gradient, correct) = kernel(values, targets, eps, tracked);
-        n_correct = Some(correct);
-        let gradient = gradient.map(|g| g.into_primitive().tensor());
-        (loss_sum.into_primitive().tensor(), gradient)
-    });
+    let loss_sum = record(
+        SavedGradient,
+        [logits.into_primitive().tensor()],
+        |tracked| {
+            let (loss_sum, gradient, correct) = kernel(values, targets, eps, tracked);
+            n_correct = Some(correct);
+            let gradient = gradient.map(|g| g.into_primitive().tensor());
+            (loss_sum.into_primitive().tensor(), gradient)
+        },
+    );
     let n_correct = n_correct.expect("the kernel ran");
     CrossEntropySum {
         loss_sum: Tensor::from_primitive(TensorPrimitive::Float(loss_sum)),
@@ -247,4 +252,113 @@ fn kernel(
         gradient,
         Tensor::from_data(TensorData::new(vec![n_correct as i64], [1]), &device),
     )
+}
+
+/// `(query, key, value, key_bias)` of [`crate::attention::multi_head_attention`].
+type AttentionInputs<B> = (Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 2>);
+
+/// Multi-head attention when `B` is `Flex` or `Autodiff<Flex>` and the inputs are `f32`:
+/// the [`attention`] kernel, under autodiff one operation over query, key and value (the key
+/// bias is a constant: it gets no gradient); the inputs back otherwise.
+pub(crate) fn flex_attention<B: Backend>(
+    query: Tensor<B, 3>,
+    key: Tensor<B, 3>,
+    value: Tensor<B, 3>,
+    key_bias: Tensor<B, 2>,
+    heads: usize,
+) -> Result<Tensor<B, 3>, AttentionInputs<B>> {
+    let dtypes = [query.dtype(), key.dtype(), value.dtype(), key_bias.dtype()];
+    if dtypes.iter().any(|&d| d != DType::F32) {
+        return Err((query, key, value, key_bias));
+    }
+    let inputs: Box<dyn Any> = Box::new((query, key, value, key_bias));
+    let context: Box<dyn Any> = match inputs.downcast::<AttentionInputs<Autodiff<Flex>>>() {
+        Ok(inputs) => Box::new(tracked_attention(*inputs, heads)),
+        Err(inputs) => match inputs.downcast::<AttentionInputs<Flex>>() {
+            Ok(inputs) => Box::new(flex_attention_forward(*inputs, heads).0),
+            Err(inputs) => {
+                return Err(*inputs
+                    .downcast::<AttentionInputs<B>>()
+                    .expect("B's own inputs"));
+            }
+        },
+    };
+    Ok(*context.downcast::<Tensor<B, 3>>().expect("the same type"))
+}
+
+/// What attention's backward needs: its inputs and probabilities `[batch, heads, seq, seq]`.
+#[derive(Clone, Debug)]
+struct AttentionState {
+    qkv: [FlexTensor; 3],
+    probs: FlexTensor,
+    dims: attention::Dims,
+}
+
+/// The context `[batch, seq, d_model]` of `Flex` tensors, and the state for backward.
+fn flex_attention_forward(
+    (query, key, value, key_bias): AttentionInputs<Flex>,
+    heads: usize,
+) -> (Tensor<Flex, 3>, AttentionState) {
+    let [batch, seq, d_model] = query.dims();
+    let dims = attention::Dims {
+        batch,
+        seq,
+        heads,
+        d_model,
+    };
+    let device = query.device();
+    let qkv = [query, key, value].map(|x| x.into_primitive().tensor().to_contiguous());
+    let key_bias = key_bias.into_primitive().tensor().to_contiguous();
+    let [q, k, v] = qkv.each_ref().map(values);
+    let (context, probs) = attention::forward(q, k, v, values(&key_bias), dims);
+    let context = Tensor::from_data(TensorData::new(context, [batch, seq, d_model]), &device);
+    let probs = FlexTensor::from_data(TensorData::new(probs, [batch, heads, seq, seq]));
+    (context, AttentionState { qkv, probs, dims })
+}
+
+/// Attention over autodiff tensors: one operation from query, key and value.
+fn tracked_attention(
+    (query, key, value, key_bias): AttentionInputs<Autodiff<Flex>>,
+    heads: usize,
+) -> Tensor<Autodiff<Flex>, 3> {
+    let inner = (
+        query.clone().inner(),
+        key.clone().inner(),
+        value.clone().inner(),
+        key_bias.inner(),
+    );
+    let inputs = [query, key, value].map(|x| x.into_primitive().tensor());
+    let context = record(AttentionBackward, inputs, |tracked| {
+        let (context, state) = flex_attention_forward(inner, heads);
+        (context.into_primitive().tensor(), tracked.then_some(state))
+    });
+    Tensor::from_primitive(TensorPrimitive::Float(context))
+}
+
+/// Attention's backward: the four products and the softmax's backward of
+/// [`attention::backward`], from the saved inputs and probabilities.
+#[derive(Debug)]
+struct AttentionBackward;
+
+impl Backward<Flex, 3> for AttentionBackward {
+    type State = AttentionState;
+
+    fn backward(
+        self,
+        ops: Ops<Self::State, 3>,
+        grads: &mut Gradients,
+        _checkpointer: &mut Checkpointer,
+    ) {
+        let d_context = grads.consume::<Flex>(&ops.node).to_contiguous();
+        let AttentionState { qkv, probs, dims } = ops.state;
+        let shape = qkv[0].layout().shape().clone();
+        let [q, k, v] = qkv.each_ref().map(values);
+        let d_qkv = attention::backward(q, k, v, values(&probs), values(&d_context), dims);
+        for (parent, grad) in ops.parents.into_iter().zip(d_qkv) {
+            if let Some(node) = parent {
+                let grad = FlexTensor::from_data(TensorData::new(grad, shape.clone()));
+                grads.register::<Flex>(node.id, grad);
+            }
+        }
+    }
 }

@@ -4,7 +4,9 @@
 //!   `-log p(true token)` and, in the same pass, its gradient `softmax − onehot`, which is all
 //!   that backward needs (it only scales it): the idea of Liger-Kernel's fused linear
 //!   cross-entropy (Hsu et al. 2024, §3.2), without the chunked matmul;
-//! - GELU (erf form) and its exact derivative ([`crate::gelu`]).
+//! - GELU (erf form) and its exact derivative ([`crate::gelu`]);
+//! - multi-head attention ([`crate::attention`]): per (sequence, head) two products around
+//!   a softmax, reading the heads in place, and a backward that reuses the probabilities.
 //!
 //! Each has two implementations of one contract:
 //! - plain tensor ops on any backend (autodiff derives the gradient): the reference, and what
@@ -77,12 +79,14 @@ pub(crate) fn composed<B: Backend>(
     }
 }
 
+#[cfg(feature = "flex")]
+mod attention;
 mod cpu;
 
 #[cfg(feature = "flex")]
 mod flex;
 #[cfg(feature = "flex")]
-pub(crate) use flex::flex_gelu;
+pub(crate) use flex::{flex_attention, flex_gelu};
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,105 @@
+//! Multi-head scaled dot-product self-attention over projected queries, keys and values: the
+//! encoder's attention in one operation (Vaswani et al. 2017, §3.2.1–3.2.2), for the encoder
+//! that feeds the MLM head.
+//!
+//! ```text
+//! q, k, v [batch, seq, d_model] ──split heads──▶ S = q kᵀ / √d_head + key_bias
+//!   ──softmax over keys──▶ P ──P v──▶ ──merge heads──▶ context [batch, seq, d_model]
+//! ```
+//!
+//! [`composed`] is the contract in plain tensor ops (autodiff derives the gradient); on
+//! burn-flex (`flex` feature, `f32`) [`multi_head_attention`] runs one kernel per
+//! (sequence, head) that reads the heads in place, with one autodiff operation whose
+//! backward reuses the saved probabilities: no head split/merge copies, no score tensors
+//! between ops.
+
+use burn::tensor::Tensor;
+use burn::tensor::activation::softmax;
+use burn::tensor::backend::Backend;
+
+/// The additive bias that hides a padding key: `exp(-1e9 − max)` is 0 in `f32`.
+pub const PADDING_BIAS: f64 = -1e9;
+
+/// Self-attention context of `heads` heads.
+///
+/// # Shapes
+/// - `query`, `key`, `value`: `[batch, seq, d_model]`, heads side by side along `d_model`
+///   (head `h` owns features `h·d_head .. (h+1)·d_head`, as Hugging Face's BERT splits them)
+/// - `key_bias`: `[batch, seq]`, added to every query's score for that key (0, or
+///   [`PADDING_BIAS`] at padding)
+/// - output: `[batch, seq, d_model]`, each head's `softmax(q kᵀ / √d_head + bias) v`
+///
+/// No dropout on the probabilities: a model that needs it composes the ops itself.
+///
+/// # Panics
+/// If `d_model` is not a multiple of `heads`, or the shapes disagree.
+pub fn multi_head_attention<B: Backend>(
+    query: Tensor<B, 3>,
+    key: Tensor<B, 3>,
+    value: Tensor<B, 3>,
+    key_bias: Tensor<B, 2>,
+    heads: usize,
+) -> Tensor<B, 3> {
+    let [batch, seq, d_model] = query.dims();
+    assert!(
+        heads > 0 && d_model % heads == 0,
+        "d_model {d_model} is not a multiple of {heads} heads"
+    );
+    assert_eq!(key.dims(), [batch, seq, d_model], "key's shape");
+    assert_eq!(value.dims(), [batch, seq, d_model], "value's shape");
+    assert_eq!(key_bias.dims(), [batch, seq], "key_bias's shape");
+    #[cfg(feature = "flex")]
+    let (query, key, value, key_bias) =
+        match crate::fused::flex_attention(query, key, value, key_bias, heads) {
+            Ok(context) => return context,
+            Err(inputs) => inputs,
+        };
+    composed(query, key, value, key_bias, heads)
+}
+
+/// [`multi_head_attention`] in plain tensor ops: the reference every backend without a
+/// kernel of its own runs.
+pub fn composed<B: Backend>(
+    query: Tensor<B, 3>,
+    key: Tensor<B, 3>,
+    value: Tensor<B, 3>,
+    key_bias: Tensor<B, 2>,
+    heads: usize,
+) -> Tensor<B, 3> {
+    context(probabilities(query, key, key_bias, heads), value)
+}
+
+/// `probs [batch, heads, query, key]` applied to `value [batch, seq, d_model]`, heads merged
+/// back: `[batch, seq, d_model]`. With [`probabilities`], the two halves of [`composed`], for
+/// a model that puts dropout between them.
+pub fn context<B: Backend>(probs: Tensor<B, 4>, value: Tensor<B, 3>) -> Tensor<B, 3> {
+    let [batch, seq, d_model] = value.dims();
+    let heads = probs.dims()[1];
+    probs
+        .matmul(split_heads(value, heads))
+        .swap_dims(1, 2)
+        .reshape([batch, seq, d_model])
+}
+
+/// The attention probabilities `[batch, heads, query, key]` (rows sum to 1) of
+/// [`composed`]; arguments as there.
+pub fn probabilities<B: Backend>(
+    query: Tensor<B, 3>,
+    key: Tensor<B, 3>,
+    key_bias: Tensor<B, 2>,
+    heads: usize,
+) -> Tensor<B, 4> {
+    let [batch, seq, d_model] = query.dims();
+    let scores = split_heads(query, heads).matmul(split_heads(key, heads).transpose());
+    softmax(
+        scores / ((d_model / heads) as f64).sqrt() + key_bias.reshape([batch, 1, 1, seq]),
+        3,
+    )
+}
+
+/// `[batch, seq, d_model]` → `[batch, heads, seq, d_head]` (a view).
+fn split_heads<B: Backend>(x: Tensor<B, 3>, heads: usize) -> Tensor<B, 4> {
+    let [batch, seq, d_model] = x.dims();
+    x.reshape([batch, seq, heads, d_model / heads])
+        .swap_dims(1, 2)
+}
