@@ -78,9 +78,9 @@ pub struct TrainConfig {
     #[config(default = 100)]
     pub warmup_steps: usize,
     /// Optimizer steps in the run; the learning rate decays linearly to 0 at this step.
-    /// The default trains for about 4.5 minutes on a 2-core CPU with flex (README, "What you
+    /// The default trains for about 4 minutes on a 2-core CPU with flex (README, "What you
     /// get").
-    #[config(default = 1600)]
+    #[config(default = 2000)]
     pub max_steps: usize,
     /// Train by the clock: seconds of training after which the run ends (`None`: it ends at
     /// `max_steps`). The learning rate then follows elapsed time instead of the step: warm-up
@@ -409,14 +409,14 @@ mod tests {
     #[test]
     fn the_warm_up_share_of_a_run_by_the_clock_is_that_of_a_run_by_step_count() {
         let config = TrainConfig::new("corpus".into());
-        assert_eq!(config.warmup_fraction(), 100.0 / 1600.0);
+        assert_eq!(config.warmup_fraction(), 100.0 / 2000.0);
         // The same shape: the step schedule at step s is the clock schedule at s / max_steps.
-        for step in [1, 50, 100, 101, 800, 1599, 1600] {
+        for step in [1, 50, 100, 101, 1000, 1999, 2000] {
             let by_step = learning_rate(&config, step);
             let by_clock = learning_rate_at(
                 config.learning_rate,
                 config.warmup_fraction(),
-                step as f64 / 1600.0,
+                step as f64 / 2000.0,
             );
             assert!((by_step - by_clock).abs() <= 1e-12, "step {step}");
         }

@@ -373,7 +373,7 @@ mod tests {
         continue_to(&mut config, &at(40, 120.0), path, None, Some(600.0)).unwrap();
         assert_eq!(config.time_budget_seconds, Some(600.0));
         assert_eq!(
-            config.max_steps, 1600,
+            config.max_steps, 2000,
             "max_steps, the warm-up share, is kept"
         );
     }
@@ -419,7 +419,7 @@ mod tests {
             Some(600.0),
         ));
         assert!(
-            text.contains("trains by step count (to max_steps 1600)"),
+            text.contains("trains by step count (to max_steps 2000)"),
             "{text}"
         );
         assert_eq!(by_steps.time_budget_seconds, None);
