@@ -34,6 +34,35 @@ pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     x.clone() * ((x * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5
 }
 
+/// LayerNorm over the last dimension (Ba et al. 2016): `(x − μ)/√(σ² + ε) · γ + β`, with
+/// the mean `μ` and the biased variance `σ²` of each row. `epsilon` is passed in because
+/// burn's `LayerNorm` keeps its own private: give the one the module was configured with.
+///
+/// On burn-flex (`flex` feature, `f32`) this is one CPU kernel per row, and under autodiff
+/// one operation whose backward uses the saved `x̂` and `1/√(σ² + ε)`; elsewhere the same
+/// tensor ops, in the same order, as burn's own `LayerNorm::forward`.
+///
+/// # Shapes
+/// - x, output: `[..., d]`; gamma, beta: `[d]`.
+pub fn layer_norm<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    gamma: Tensor<B, 1>,
+    beta: Tensor<B, 1>,
+    epsilon: f64,
+) -> Tensor<B, D> {
+    #[cfg(feature = "flex")]
+    let (x, gamma, beta) = match crate::fused::flex_layer_norm(x, gamma, beta, epsilon) {
+        Ok(y) => return y,
+        Err(inputs) => inputs,
+    };
+    let last = D - 1;
+    let mut row = [1; D];
+    row[last] = gamma.dims()[0];
+    let centered = x.clone() - x.mean_dim(last);
+    let variance = (centered.clone() * centered.clone()).mean_dim(last);
+    centered / (variance + epsilon).sqrt() * gamma.reshape(row) + beta.reshape(row)
+}
+
 /// Configuration of an [`MlmHead`], built with [`MlmHeadConfig::init`].
 #[derive(Config, Debug)]
 pub struct MlmHeadConfig {

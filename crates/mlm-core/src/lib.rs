@@ -38,7 +38,7 @@ pub mod masking;
 
 pub use attention::multi_head_attention;
 pub use error::MlmError;
-pub use head::{MlmHead, MlmHeadConfig, MlmHeadTransform, gelu};
+pub use head::{MlmHead, MlmHeadConfig, MlmHeadTransform, gelu, layer_norm};
 pub use loss::{
     IGNORE_INDEX, MaskedCrossEntropy, MaskedCrossEntropyConfig, MlmLossOutput, Reduction,
     masked_cross_entropy, masked_cross_entropy_with_labels,

@@ -220,6 +220,7 @@ impl BertConfig {
                     output: BertResidual {
                         dense: linear(d, d),
                         layer_norm: layer_norm(),
+                        layer_norm_eps: self.layer_norm_eps,
                         dropout: dropout.clone(),
                     },
                 },
@@ -227,6 +228,7 @@ impl BertConfig {
                 output: BertResidual {
                     dense: linear(self.intermediate_size, d),
                     layer_norm: layer_norm(),
+                    layer_norm_eps: self.layer_norm_eps,
                     dropout: dropout.clone(),
                 },
             })
@@ -237,6 +239,7 @@ impl BertConfig {
                 position_embeddings: embedding(self.max_position_embeddings),
                 token_type_embeddings: embedding(self.type_vocab_size),
                 layer_norm: layer_norm(),
+                layer_norm_eps: self.layer_norm_eps,
                 dropout,
             },
             layers,
@@ -394,6 +397,8 @@ pub struct BertEmbeddings<B: Backend> {
     pub token_type_embeddings: Embedding<B>,
     /// LayerNorm over the sum.
     pub layer_norm: LayerNorm<B>,
+    /// Its ε ([`BertConfig::layer_norm_eps`]; burn's `LayerNorm` keeps its own private).
+    pub layer_norm_eps: f64,
     /// Dropout after the LayerNorm.
     pub dropout: Dropout,
 }
@@ -412,8 +417,19 @@ impl<B: Backend> BertEmbeddings<B> {
         let sum = self.word_embeddings.forward(input_ids)
             + self.position_embeddings.forward(position_ids)
             + self.token_type_embeddings.forward(token_type_ids);
-        self.dropout.forward(self.layer_norm.forward(sum))
+        self.dropout
+            .forward(norm(&self.layer_norm, self.layer_norm_eps, sum))
     }
+}
+
+/// `layer_norm` (with its `epsilon`) over the last dimension of `x`, as one
+/// [`mlm_core::layer_norm`] (a fused kernel on flex).
+fn norm<B: Backend>(layer_norm: &LayerNorm<B>, epsilon: f64, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    let beta = layer_norm
+        .beta
+        .as_ref()
+        .expect("BERT's LayerNorms have a bias");
+    mlm_core::layer_norm(x, layer_norm.gamma.val(), beta.val(), epsilon)
 }
 
 /// `linear` applied to every token of `x [batch, seq, d_in]` → `[batch, seq, d_out]`, as one
@@ -472,6 +488,8 @@ pub struct BertResidual<B: Backend> {
     pub dense: Linear<B>,
     /// Post-LN LayerNorm over the residual sum.
     pub layer_norm: LayerNorm<B>,
+    /// Its ε ([`BertConfig::layer_norm_eps`]; burn's `LayerNorm` keeps its own private).
+    pub layer_norm_eps: f64,
     /// Dropout before the residual add.
     pub dropout: Dropout,
 }
@@ -479,8 +497,8 @@ pub struct BertResidual<B: Backend> {
 impl<B: Backend> BertResidual<B> {
     /// `LayerNorm(residual + dropout(dense(hidden)))`, `[batch, seq, _]` → `[batch, seq, d_model]`.
     pub fn forward(&self, hidden: Tensor<B, 3>, residual: Tensor<B, 3>) -> Tensor<B, 3> {
-        self.layer_norm
-            .forward(residual + self.dropout.forward(per_token(&self.dense, hidden)))
+        let sum = residual + self.dropout.forward(per_token(&self.dense, hidden));
+        norm(&self.layer_norm, self.layer_norm_eps, sum)
     }
 }
 

@@ -157,6 +157,20 @@ fn lane_sum(x: &[f32]) -> f32 {
     sum.iter().chain(tail).sum()
 }
 
+/// `Σ a_j b_j` (same length), lane-wise.
+#[inline(always)]
+fn lane_dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut dot = [0f32; LANES];
+    let done = a.len() / LANES * LANES;
+    for (a, b) in a.chunks_exact(LANES).zip(b.chunks_exact(LANES)) {
+        for j in 0..LANES {
+            dot[j] += a[j] * b[j];
+        }
+    }
+    let tail: f32 = a[done..].iter().zip(&b[done..]).map(|(a, b)| a * b).sum();
+    dot.iter().sum::<f32>() + tail
+}
+
 /// `scores ← softmax(scores + bias)` (same length). A score below `max − 87` gets exactly 0,
 /// so a key hidden by a `-1e9` bias has no weight at all.
 #[inline(always)]
@@ -175,20 +189,69 @@ fn softmax_slice(scores: &mut [f32], bias: &[f32]) {
 /// gradient `d` of its output.
 #[inline(always)]
 fn softmax_backward_slice(p: &[f32], d: &mut [f32]) {
-    let mut dot = [0f32; LANES];
-    let done = p.len() / LANES * LANES;
-    for (p, d) in p.chunks_exact(LANES).zip(d.chunks_exact(LANES)) {
+    let dot = lane_dot(p, d);
+    d.iter_mut().zip(p).for_each(|(d, &p)| *d = p * (*d - dot));
+}
+
+/// One row of LayerNorm: `y = x̂ γ + β` with `x̂ = (x − μ) r`, `r = 1/√(σ² + ε)` (`σ²` the
+/// biased variance, computed from `x − μ`, not as `E[x²] − μ²`); writes `x̂` too and returns
+/// `r`.
+#[inline(always)]
+fn layer_norm_slice(
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    eps: f32,
+    y: &mut [f32],
+    x_hat: &mut [f32],
+) -> f32 {
+    let n = x.len() as f32;
+    let mean = lane_sum(x) / n;
+    x_hat.iter_mut().zip(x).for_each(|(c, &x)| *c = x - mean);
+    let mut squares = [0f32; LANES];
+    let chunks = x_hat.chunks_exact(LANES);
+    let tail: f32 = chunks.remainder().iter().map(|c| c * c).sum();
+    for chunk in chunks {
         for j in 0..LANES {
-            dot[j] += p[j] * d[j];
+            squares[j] += chunk[j] * chunk[j];
         }
     }
-    let dot: f32 = dot.iter().sum::<f32>()
-        + p[done..]
-            .iter()
-            .zip(&d[done..])
-            .map(|(p, d)| p * d)
-            .sum::<f32>();
-    d.iter_mut().zip(p).for_each(|(d, &p)| *d = p * (*d - dot));
+    let variance = (squares.iter().sum::<f32>() + tail) / n;
+    let r = 1.0 / (variance + eps).sqrt();
+    for (((y, c), &g), &b) in y.iter_mut().zip(x_hat.iter_mut()).zip(gamma).zip(beta) {
+        *c *= r;
+        *y = *c * g + b;
+    }
+    r
+}
+
+/// One row of LayerNorm's backward, from the incoming gradient `dy`, the row's `x̂` and `r`:
+/// `dx = r (g − mean(g) − x̂ mean(g ⊙ x̂))` with `g = dy ⊙ γ`; adds `dy ⊙ x̂` to `d_gamma` and
+/// `dy` to `d_beta`.
+#[inline(always)]
+fn layer_norm_backward_slice(
+    dy: &[f32],
+    x_hat: &[f32],
+    r: f32,
+    gamma: &[f32],
+    dx: &mut [f32],
+    d_gamma: &mut [f32],
+    d_beta: &mut [f32],
+) {
+    let n = dy.len();
+    let (x_hat, gamma, dx) = (&x_hat[..n], &gamma[..n], &mut dx[..n]);
+    let (d_gamma, d_beta) = (&mut d_gamma[..n], &mut d_beta[..n]);
+    for i in 0..n {
+        dx[i] = dy[i] * gamma[i];
+        d_gamma[i] += dy[i] * x_hat[i];
+        d_beta[i] += dy[i];
+    }
+    let n = n as f32;
+    let mean_g = lane_sum(dx) / n;
+    let mean_gx = lane_dot(dx, x_hat) / n;
+    dx.iter_mut()
+        .zip(x_hat)
+        .for_each(|(g, &c)| *g = r * (*g - mean_g - c * mean_gx));
 }
 
 /// Defines `$name`, which runs `$inner` compiled for AVX2 + FMA (8 `f32` lanes per
@@ -240,4 +303,19 @@ multiversion! {
 multiversion! {
     /// `d ← p ⊙ (d − ⟨d, p⟩)`, the softmax's backward ([`softmax_backward_slice`]).
     pub(crate) fn softmax_backward(p: &[f32], d: &mut [f32]) -> () = softmax_backward_slice;
+}
+
+multiversion! {
+    /// One row of LayerNorm ([`layer_norm_slice`]); returns `1/√(σ² + ε)`.
+    pub(crate) fn layer_norm(
+        x: &[f32], gamma: &[f32], beta: &[f32], eps: f32, y: &mut [f32], x_hat: &mut [f32]
+    ) -> f32 = layer_norm_slice;
+}
+
+multiversion! {
+    /// One row of LayerNorm's backward ([`layer_norm_backward_slice`]).
+    pub(crate) fn layer_norm_backward(
+        dy: &[f32], x_hat: &[f32], r: f32, gamma: &[f32], dx: &mut [f32], d_gamma: &mut [f32],
+        d_beta: &mut [f32]
+    ) -> () = layer_norm_backward_slice;
 }

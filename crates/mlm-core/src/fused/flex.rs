@@ -362,3 +362,153 @@ impl Backward<Flex, 3> for AttentionBackward {
         }
     }
 }
+
+/// `(x, gamma, beta)` of [`crate::layer_norm`].
+type NormInputs<B, const D: usize> = (Tensor<B, D>, Tensor<B, 1>, Tensor<B, 1>);
+
+/// Rows per parallel task of the LayerNorm kernels: a fixed number, so that the partial sums
+/// of `∂γ` and `∂β` (added in task order) do not depend on the threads.
+const NORM_ROWS: usize = 64;
+
+/// LayerNorm when `B` is `Flex` or `Autodiff<Flex>` and the inputs are `f32`: the row
+/// kernels of [`cpu::layer_norm`], under autodiff one operation over `x`, `γ` and `β`; the
+/// inputs back otherwise.
+pub(crate) fn flex_layer_norm<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    gamma: Tensor<B, 1>,
+    beta: Tensor<B, 1>,
+    eps: f64,
+) -> Result<Tensor<B, D>, NormInputs<B, D>> {
+    if [x.dtype(), gamma.dtype(), beta.dtype()]
+        .iter()
+        .any(|&d| d != DType::F32)
+    {
+        return Err((x, gamma, beta));
+    }
+    let inputs: Box<dyn Any> = Box::new((x, gamma, beta));
+    let y: Box<dyn Any> = match inputs.downcast::<NormInputs<Autodiff<Flex>, D>>() {
+        Ok(inputs) => Box::new(tracked_layer_norm(*inputs, eps)),
+        Err(inputs) => match inputs.downcast::<NormInputs<Flex, D>>() {
+            Ok(inputs) => Box::new(flex_layer_norm_forward(*inputs, eps).0),
+            Err(inputs) => {
+                return Err(*inputs
+                    .downcast::<NormInputs<B, D>>()
+                    .expect("B's own inputs"));
+            }
+        },
+    };
+    Ok(*y.downcast::<Tensor<B, D>>().expect("the same type"))
+}
+
+/// What LayerNorm's backward needs: `x̂`, each row's `1/√(σ² + ε)`, and `γ`.
+#[derive(Clone, Debug)]
+struct NormState {
+    x_hat: FlexTensor,
+    r: Vec<f32>,
+    gamma: FlexTensor,
+}
+
+/// LayerNorm of `Flex` tensors, rows in parallel, and the state for backward.
+fn flex_layer_norm_forward<const D: usize>(
+    (x, gamma, beta): NormInputs<Flex, D>,
+    eps: f64,
+) -> (Tensor<Flex, D>, NormState) {
+    let (shape, device) = (x.shape(), x.device());
+    let d = gamma.dims()[0];
+    let [x, gamma, beta] = [
+        x.into_primitive().tensor(),
+        gamma.into_primitive().tensor(),
+        beta.into_primitive().tensor(),
+    ]
+    .map(|t| t.to_contiguous());
+    let (xs, g, b) = (values(&x), values(&gamma), values(&beta));
+    let (mut y, mut x_hat) = (vec![0f32; xs.len()], vec![0f32; xs.len()]);
+    let mut r = vec![0f32; xs.len() / d.max(1)];
+    let task = NORM_ROWS * d;
+    y.par_chunks_mut(task)
+        .zip(x_hat.par_chunks_mut(task))
+        .zip(xs.par_chunks(task).zip(r.par_chunks_mut(NORM_ROWS)))
+        .for_each(|((y, x_hat), (x, r))| {
+            let rows = y.chunks_mut(d).zip(x_hat.chunks_mut(d)).zip(x.chunks(d));
+            for (((y, x_hat), x), r) in rows.zip(r) {
+                *r = cpu::layer_norm(x, g, b, eps as f32, y, x_hat);
+            }
+        });
+    let x_hat = FlexTensor::from_data(TensorData::new(x_hat, shape.clone()));
+    let y = Tensor::from_data(TensorData::new(y, shape), &device);
+    (y, NormState { x_hat, r, gamma })
+}
+
+/// LayerNorm over autodiff tensors: one operation from `x`, `γ` and `β`.
+fn tracked_layer_norm<const D: usize>(
+    (x, gamma, beta): NormInputs<Autodiff<Flex>, D>,
+    eps: f64,
+) -> Tensor<Autodiff<Flex>, D> {
+    let inner = (
+        x.clone().inner(),
+        gamma.clone().inner(),
+        beta.clone().inner(),
+    );
+    let inputs = [
+        x.into_primitive().tensor(),
+        gamma.into_primitive().tensor(),
+        beta.into_primitive().tensor(),
+    ];
+    let y = record(NormBackward, inputs, |tracked| {
+        let (y, state) = flex_layer_norm_forward(inner, eps);
+        (y.into_primitive().tensor(), tracked.then_some(state))
+    });
+    Tensor::from_primitive(TensorPrimitive::Float(y))
+}
+
+/// LayerNorm's backward: `∂x` row by row, `∂γ` and `∂β` summed over the rows.
+#[derive(Debug)]
+struct NormBackward;
+
+impl Backward<Flex, 3> for NormBackward {
+    type State = NormState;
+
+    fn backward(
+        self,
+        ops: Ops<Self::State, 3>,
+        grads: &mut Gradients,
+        _checkpointer: &mut Checkpointer,
+    ) {
+        let dy = grads.consume::<Flex>(&ops.node).to_contiguous();
+        let NormState { x_hat, r, gamma } = ops.state;
+        let (dys, x_hat_v, g) = (values(&dy), values(&x_hat), values(&gamma));
+        let d = g.len();
+        let mut dx = vec![0f32; dys.len()];
+        let task = NORM_ROWS * d;
+        let partial: Vec<(Vec<f32>, Vec<f32>)> = dx
+            .par_chunks_mut(task)
+            .zip(dys.par_chunks(task).zip(x_hat_v.par_chunks(task)))
+            .zip(r.par_chunks(NORM_ROWS))
+            .map(|((dx, (dy, x_hat)), r)| {
+                let (mut d_gamma, mut d_beta) = (vec![0f32; d], vec![0f32; d]);
+                let rows = dx.chunks_mut(d).zip(dy.chunks(d).zip(x_hat.chunks(d)));
+                for ((dx, (dy, x_hat)), &r) in rows.zip(r) {
+                    cpu::layer_norm_backward(dy, x_hat, r, g, dx, &mut d_gamma, &mut d_beta);
+                }
+                (d_gamma, d_beta)
+            })
+            .collect();
+        let (mut d_gamma, mut d_beta) = (vec![0f32; d], vec![0f32; d]);
+        for (pg, pb) in &partial {
+            d_gamma.iter_mut().zip(pg).for_each(|(a, b)| *a += b);
+            d_beta.iter_mut().zip(pb).for_each(|(a, b)| *a += b);
+        }
+        let shape = x_hat.layout().shape().clone();
+        let d_inputs = [
+            (dx, shape),
+            (d_gamma, Shape::new([d])),
+            (d_beta, Shape::new([d])),
+        ];
+        for (parent, (grad, shape)) in ops.parents.into_iter().zip(d_inputs) {
+            if let Some(node) = parent {
+                grads
+                    .register::<Flex>(node.id, FlexTensor::from_data(TensorData::new(grad, shape)));
+            }
+        }
+    }
+}

@@ -5,6 +5,7 @@
 //!   that backward needs (it only scales it): the idea of Liger-Kernel's fused linear
 //!   cross-entropy (Hsu et al. 2024, §3.2), without the chunked matmul;
 //! - GELU (erf form) and its exact derivative ([`crate::gelu`]);
+//! - LayerNorm and its backward ([`crate::layer_norm`]);
 //! - multi-head attention ([`crate::attention`]): per (sequence, head) two products around
 //!   a softmax, reading the heads in place, and a backward that reuses the probabilities.
 //!
@@ -86,7 +87,7 @@ mod cpu;
 #[cfg(feature = "flex")]
 mod flex;
 #[cfg(feature = "flex")]
-pub(crate) use flex::{flex_attention, flex_gelu};
+pub(crate) use flex::{flex_attention, flex_gelu, flex_layer_norm};
 
 #[cfg(test)]
 mod tests {
