@@ -1,6 +1,6 @@
 //! The reference cross-entropy cases on `Autodiff<Wgpu>` and `Autodiff<Flex>` equal the
 //! `Autodiff<NdArray>` results within 1e-4; flex's fused attention kernel equals the composed
-//! ops in f64 within 2e-6, context and gradients. CI has no GPU: `.ci/run` installs
+//! ops in f64 within 2e-6, context and gradients, and so does its LayerNorm kernel. CI has no GPU: `.ci/run` installs
 //! `mesa-vulkan-drivers`, whose lavapipe is a real Vulkan device on the CPU, so this runs
 //! real wgpu kernels. CUDA joins with `--features cuda` where a device is present.
 
@@ -47,25 +47,22 @@ fn flex_matches_ndarray_on_every_reference_case() {
     matches_ndarray_on_every_reference_case::<Autodiff<Flex>>("flex");
 }
 
-/// Attention inputs `[3, 19, 12]` (19 keys: not a multiple of the kernels' 16 lanes) as
-/// `dtype`: deterministic values in [-2, 2) without an RNG, the same on every backend.
-const ATTENTION_DIMS: [usize; 3] = [3, 19, 12];
+/// Attention and LayerNorm inputs `[3, 19, 12]` (19 keys, rows of 12: not multiples of the
+/// kernels' 16 lanes) as `dtype`: deterministic values in [-2, 2) without an RNG, the same on every backend.
+const INPUT_DIMS: [usize; 3] = [3, 19, 12];
 
 fn pseudo_random<B: Backend>(salt: usize, dtype: DType) -> Tensor<B, 3> {
-    let v: Vec<f64> = (0..ATTENTION_DIMS.iter().product())
+    let v: Vec<f64> = (0..INPUT_DIMS.iter().product())
         .map(|i| ((i * 7919 + salt * 104_729) % 1000) as f64 / 250.0 - 2.0)
         .collect();
-    Tensor::from_data(
-        TensorData::new(v, ATTENTION_DIMS),
-        (&Default::default(), dtype),
-    )
+    Tensor::from_data(TensorData::new(v, INPUT_DIMS), (&Default::default(), dtype))
 }
 
 /// `(context, ∂q, ∂k, ∂v)` of 3-head attention over [`pseudo_random`] inputs in `dtype`, the
 /// last 4 keys of sequence 1 and every key but the first of sequence 2 padded; the
 /// gradients are of `Σ context ⊙ w` for a fixed `w`.
 fn attention_case<B: AutodiffBackend>(dtype: DType) -> [Vec<f64>; 4] {
-    let [batch, seq, _] = ATTENTION_DIMS;
+    let [batch, seq, _] = INPUT_DIMS;
     let [q, k, v] = [1, 2, 3].map(|salt| pseudo_random::<B>(salt, dtype).require_grad());
     let padded = |b: usize, s: usize| (b == 1 && s >= seq - 4) || (b == 2 && s > 0);
     let bias: Vec<f64> = (0..batch * seq)
@@ -126,6 +123,53 @@ fn flex_attention_kernel_matches_the_composed_ops_in_f64() {
         1e-5,
         1e-5,
     );
+}
+
+/// Each of `got` within 1e-6 relative, 2e-6 absolute of `want`, in `f32`.
+fn assert_all_close(what: &str, names: [&str; 4], got: [Vec<f64>; 4], want: [Vec<f64>; 4]) {
+    let to_f32 = |x: &Vec<f64>| x.iter().map(|&x| x as f32).collect::<Vec<_>>();
+    for (name, (got, want)) in names.iter().zip(got.iter().zip(&want)) {
+        assert_close(
+            &format!("{what} {name}"),
+            &to_f32(got),
+            &to_f32(want),
+            1e-6,
+            2e-6,
+        );
+    }
+}
+
+/// `(y, ∂x, ∂γ, ∂β)` of LayerNorm with BERT's ε 1e-12 over the rows of [`pseudo_random`]
+/// inputs in `dtype`, γ and β fixed ramps; the gradients are of `Σ y ⊙ w` for a fixed `w`.
+fn layer_norm_case<B: AutodiffBackend>(dtype: DType) -> [Vec<f64>; 4] {
+    let d = INPUT_DIMS[2];
+    let ramp = |from: f64, step: f64| -> Tensor<B, 1> {
+        let v: Vec<f64> = (0..d).map(|i| from + step * i as f64).collect();
+        Tensor::from_data(TensorData::new(v, [d]), (&Default::default(), dtype)).require_grad()
+    };
+    let (x, gamma, beta) = (
+        pseudo_random::<B>(5, dtype).require_grad(),
+        ramp(0.5, 0.1),
+        ramp(-0.3, 0.05),
+    );
+    let y = mlm_core::layer_norm(x.clone(), gamma.clone(), beta.clone(), 1e-12);
+    let grads = (y.clone() * pseudo_random::<B>(6, dtype)).sum().backward();
+    let flat = |t: TensorData| t.convert::<f64>().to_vec().unwrap();
+    [
+        flat(y.inner().into_data()),
+        flat(x.grad(&grads).unwrap().into_data()),
+        flat(gamma.grad(&grads).unwrap().into_data()),
+        flat(beta.grad(&grads).unwrap().into_data()),
+    ]
+}
+
+/// Flex's fused LayerNorm in `f32` within 1e-6 of the composed ops in `f64` (ndarray):
+/// output and the gradients of input, γ and β.
+#[test]
+fn flex_layer_norm_kernel_matches_the_composed_ops_in_f64() {
+    let want = layer_norm_case::<Autodiff<NdArray>>(DType::F64);
+    let got = layer_norm_case::<Autodiff<Flex>>(DType::F32);
+    assert_all_close("LayerNorm", ["y", "∂x", "∂γ", "∂β"], got, want);
 }
 
 /// The first training step's loss of a BERT initialised from seed 42, on one fixed masked
