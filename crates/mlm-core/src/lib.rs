@@ -19,8 +19,9 @@
 //! - [`masked_cross_entropy`], [`masked_cross_entropy_with_labels`], [`MaskedCrossEntropy`]:
 //!   the mean of `-log p(true token)` over the masked positions only, with the sum and
 //!   count needed to normalise gradient accumulation globally.
-//! - [`multi_head_attention`] ([`attention`]): the encoder's self-attention in one operation
-//!   (a fused kernel on burn-flex), for the encoder that feeds the head.
+//! - [`multi_head_attention`] ([`attention`]) and [`layer_norm`]: the encoder's
+//!   self-attention and LayerNorm, each one operation (a fused kernel on burn-flex), for the
+//!   encoder that feeds the head.
 //!
 //! - `learner` (with the `train` feature, so not linked here): `MlmBatcher`
 //!   and `MlmOutput`, the pieces burn-train's `DataLoader` and `Learner` need.

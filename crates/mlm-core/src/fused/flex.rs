@@ -94,6 +94,22 @@ fn record<const N: usize, O: Backward<Flex, N>>(
     }
 }
 
+/// The backward of a fused operation with `N` inputs: `d_inputs` turns the saved state and
+/// the (contiguous) incoming gradient into each input's gradient `(values, shape)`, which is
+/// registered for the inputs whose graph wants one.
+fn backward_with<S, const N: usize>(
+    ops: Ops<S, N>,
+    grads: &mut Gradients,
+    d_inputs: impl FnOnce(S, FlexTensor) -> [(Vec<f32>, Shape); N],
+) {
+    let incoming = grads.consume::<Flex>(&ops.node).to_contiguous();
+    for (parent, (grad, shape)) in ops.parents.into_iter().zip(d_inputs(ops.state, incoming)) {
+        if let Some(node) = parent {
+            grads.register::<Flex>(node.id, FlexTensor::from_data(TensorData::new(grad, shape)));
+        }
+    }
+}
+
 /// GELU's backward: its state is the input `x`.
 #[derive(Debug)]
 struct GeluBackward;
@@ -349,18 +365,18 @@ impl Backward<Flex, 3> for AttentionBackward {
         grads: &mut Gradients,
         _checkpointer: &mut Checkpointer,
     ) {
-        let d_context = grads.consume::<Flex>(&ops.node).to_contiguous();
-        let AttentionState { qkv, probs, dims } = ops.state;
-        let shape = qkv[0].layout().shape().clone();
-        let [q, k, v] = qkv.each_ref().map(values);
-        let d_qkv = attention::backward(q, k, v, values(&probs), values(&d_context), dims);
-        for (parent, grad) in ops.parents.into_iter().zip(d_qkv) {
-            if let Some(node) = parent {
-                let grad = FlexTensor::from_data(TensorData::new(grad, shape.clone()));
-                grads.register::<Flex>(node.id, grad);
-            }
-        }
+        backward_with(ops, grads, attention_backward);
     }
+}
+
+/// `[∂q, ∂k, ∂v]` ([`attention::backward`]) from the saved state and the incoming
+/// gradient of the context.
+fn attention_backward(state: AttentionState, d_context: FlexTensor) -> [(Vec<f32>, Shape); 3] {
+    let AttentionState { qkv, probs, dims } = state;
+    let shape = qkv[0].layout().shape().clone();
+    let [q, k, v] = qkv.each_ref().map(values);
+    let d_qkv = attention::backward(q, k, v, values(&probs), values(&d_context), dims);
+    d_qkv.map(|grad| (grad, shape.clone()))
 }
 
 /// `(x, gamma, beta)` of [`crate::layer_norm`].
@@ -474,41 +490,40 @@ impl Backward<Flex, 3> for NormBackward {
         grads: &mut Gradients,
         _checkpointer: &mut Checkpointer,
     ) {
-        let dy = grads.consume::<Flex>(&ops.node).to_contiguous();
-        let NormState { x_hat, r, gamma } = ops.state;
-        let (dys, x_hat_v, g) = (values(&dy), values(&x_hat), values(&gamma));
-        let d = g.len();
-        let mut dx = vec![0f32; dys.len()];
-        let task = NORM_ROWS * d;
-        let partial: Vec<(Vec<f32>, Vec<f32>)> = dx
-            .par_chunks_mut(task)
-            .zip(dys.par_chunks(task).zip(x_hat_v.par_chunks(task)))
-            .zip(r.par_chunks(NORM_ROWS))
-            .map(|((dx, (dy, x_hat)), r)| {
-                let (mut d_gamma, mut d_beta) = (vec![0f32; d], vec![0f32; d]);
-                let rows = dx.chunks_mut(d).zip(dy.chunks(d).zip(x_hat.chunks(d)));
-                for ((dx, (dy, x_hat)), &r) in rows.zip(r) {
-                    cpu::layer_norm_backward(dy, x_hat, r, g, dx, &mut d_gamma, &mut d_beta);
-                }
-                (d_gamma, d_beta)
-            })
-            .collect();
-        let (mut d_gamma, mut d_beta) = (vec![0f32; d], vec![0f32; d]);
-        for (pg, pb) in &partial {
-            d_gamma.iter_mut().zip(pg).for_each(|(a, b)| *a += b);
-            d_beta.iter_mut().zip(pb).for_each(|(a, b)| *a += b);
-        }
-        let shape = x_hat.layout().shape().clone();
-        let d_inputs = [
-            (dx, shape),
-            (d_gamma, Shape::new([d])),
-            (d_beta, Shape::new([d])),
-        ];
-        for (parent, (grad, shape)) in ops.parents.into_iter().zip(d_inputs) {
-            if let Some(node) = parent {
-                grads
-                    .register::<Flex>(node.id, FlexTensor::from_data(TensorData::new(grad, shape)));
-            }
-        }
+        backward_with(ops, grads, layer_norm_backward);
     }
+}
+
+/// `[∂x, ∂γ, ∂β]` from the saved state and the incoming gradient `dy`: rows in parallel
+/// tasks of [`NORM_ROWS`], `∂γ` and `∂β` summed per task and then in task order.
+fn layer_norm_backward(state: NormState, dy: FlexTensor) -> [(Vec<f32>, Shape); 3] {
+    let NormState { x_hat, r, gamma } = state;
+    let (dys, x_hat_v, g) = (values(&dy), values(&x_hat), values(&gamma));
+    let d = g.len();
+    let mut dx = vec![0f32; dys.len()];
+    let task = NORM_ROWS * d;
+    let partial: Vec<(Vec<f32>, Vec<f32>)> = dx
+        .par_chunks_mut(task)
+        .zip(dys.par_chunks(task).zip(x_hat_v.par_chunks(task)))
+        .zip(r.par_chunks(NORM_ROWS))
+        .map(|((dx, (dy, x_hat)), r)| {
+            let (mut d_gamma, mut d_beta) = (vec![0f32; d], vec![0f32; d]);
+            let rows = dx.chunks_mut(d).zip(dy.chunks(d).zip(x_hat.chunks(d)));
+            for ((dx, (dy, x_hat)), &r) in rows.zip(r) {
+                cpu::layer_norm_backward(dy, x_hat, r, g, dx, &mut d_gamma, &mut d_beta);
+            }
+            (d_gamma, d_beta)
+        })
+        .collect();
+    let (mut d_gamma, mut d_beta) = (vec![0f32; d], vec![0f32; d]);
+    for (pg, pb) in &partial {
+        d_gamma.iter_mut().zip(pg).for_each(|(a, b)| *a += b);
+        d_beta.iter_mut().zip(pb).for_each(|(a, b)| *a += b);
+    }
+    let shape = x_hat.layout().shape().clone();
+    [
+        (dx, shape),
+        (d_gamma, Shape::new([d])),
+        (d_beta, Shape::new([d])),
+    ]
 }
