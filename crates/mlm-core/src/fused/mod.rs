@@ -82,6 +82,8 @@ pub(crate) fn composed<B: Backend>(
 
 #[cfg(feature = "flex")]
 mod attention;
+// The kernels' arithmetic: used by the flex kernels, and tested on its own.
+#[cfg(any(feature = "flex", test))]
 mod cpu;
 
 #[cfg(feature = "flex")]
@@ -91,7 +93,10 @@ pub(crate) use flex::{flex_attention, flex_gelu, flex_layer_norm};
 
 #[cfg(test)]
 mod tests {
-    use super::cpu::{cross_entropy_row, erf, exp, gelu, gelu_backward};
+    use super::cpu::{
+        cross_entropy_row, erf, exp, gelu, gelu_backward, layer_norm, layer_norm_backward, softmax,
+        softmax_backward,
+    };
 
     #[test]
     fn the_polynomial_exp_is_within_2_ulp_of_libm() {
@@ -153,6 +158,66 @@ mod tests {
                 "gelu({x})"
             );
             assert!((f64::from(dy) - (cdf + x * pdf)).abs() < 1e-6, "gelu'({x})");
+        }
+    }
+
+    #[test]
+    fn a_softmax_row_gives_padded_keys_exactly_zero_and_its_backward_the_jacobian_product() {
+        let mut p = [1.0f32, 2.0, 3.0];
+        softmax(&mut p, &[0.0, 0.0, -1e9]);
+        let z = 1f64.exp() + 2f64.exp();
+        assert_eq!(p[2], 0.0);
+        for (got, want) in p.iter().zip([1f64.exp() / z, 2f64.exp() / z]) {
+            assert!((f64::from(*got) - want).abs() < 1e-7, "{p:?}");
+        }
+        // ∂L/∂s_i = Σ_j d_j ∂p_j/∂s_i = p_i (d_i − Σ_j d_j p_j).
+        let mut d = [0.5f32, -1.0, 2.0];
+        softmax_backward(&p, &mut d);
+        let dot = 0.5 * f64::from(p[0]) - f64::from(p[1]);
+        for (i, want) in [0.5, -1.0].iter().enumerate() {
+            let want = f64::from(p[i]) * (want - dot);
+            assert!((f64::from(d[i]) - want).abs() < 1e-7, "{d:?}");
+        }
+        assert_eq!(d[2], 0.0);
+    }
+
+    #[test]
+    fn a_layer_norm_row_and_its_backward_match_the_formula_and_finite_differences() {
+        let (x, gamma, beta) = (
+            [1.0f32, 2.0, 3.0, 7.0],
+            [0.5f32, 1.0, 1.5, 2.0],
+            [0.1f32; 4],
+        );
+        let run = |x: &[f32]| {
+            let (mut y, mut x_hat) = ([0f32; 4], [0f32; 4]);
+            let r = layer_norm(x, &gamma, &beta, 1e-12, &mut y, &mut x_hat);
+            (y, x_hat, r)
+        };
+        let (y, x_hat, r) = run(&x);
+        // mean 3.25, biased variance 5.1875.
+        assert!((r - 1.0 / 5.1875f32.sqrt()).abs() < 1e-6);
+        for i in 0..4 {
+            let want = (f64::from(x[i]) - 3.25) / 5.1875f64.sqrt() * f64::from(gamma[i]) + 0.1;
+            assert!((f64::from(y[i]) - want).abs() < 1e-6, "{y:?}");
+        }
+        // Backward of L = Σ w ⊙ y against central differences.
+        let w = [0.3f32, -1.2, 0.7, 2.0];
+        let (mut dx, mut d_gamma, mut d_beta) = ([0f32; 4], [0f32; 4], [0f32; 4]);
+        layer_norm_backward(&w, &x_hat, r, &gamma, &mut dx, &mut d_gamma, &mut d_beta);
+        let loss =
+            |x: &[f32]| -> f64 { run(x).0.iter().zip(&w).map(|(y, w)| f64::from(y * w)).sum() };
+        for i in 0..4 {
+            let (mut up, mut down) = (x, x);
+            up[i] += 1e-2;
+            down[i] -= 1e-2;
+            let numeric = (loss(&up) - loss(&down)) / 2e-2;
+            assert!(
+                (f64::from(dx[i]) - numeric).abs() < 2e-3,
+                "∂x[{i}] {} vs {numeric}",
+                dx[i]
+            );
+            assert!((d_gamma[i] - w[i] * x_hat[i]).abs() < 1e-7);
+            assert_eq!(d_beta[i], w[i]);
         }
     }
 }
