@@ -43,11 +43,18 @@ pub fn multi_head_attention<B: Backend>(
     let [batch, seq, d_model] = query.dims();
     assert!(
         heads > 0 && d_model % heads == 0,
-        "d_model {d_model} is not a multiple of {heads} heads"
+        "multi_head_attention: d_model {d_model} is not a positive multiple of {heads} heads"
     );
-    assert_eq!(key.dims(), [batch, seq, d_model], "key's shape");
-    assert_eq!(value.dims(), [batch, seq, d_model], "value's shape");
-    assert_eq!(key_bias.dims(), [batch, seq], "key_bias's shape");
+    let expect = |what: &str, got: &[usize], want: &[usize]| {
+        assert!(
+            got == want,
+            "multi_head_attention: {what} is {got:?}, expected {want:?} (query is {:?})",
+            [batch, seq, d_model]
+        );
+    };
+    expect("key", &key.dims(), &[batch, seq, d_model]);
+    expect("value", &value.dims(), &[batch, seq, d_model]);
+    expect("key_bias", &key_bias.dims(), &[batch, seq]);
     #[cfg(feature = "flex")]
     let (query, key, value, key_bias) =
         match crate::fused::flex_attention(query, key, value, key_bias, heads) {

@@ -44,12 +44,21 @@ pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
 ///
 /// # Shapes
 /// - x, output: `[..., d]`; gamma, beta: `[d]`.
+///
+/// # Panics
+/// If `gamma` or `beta` is not as long as `x`'s last dimension.
 pub fn layer_norm<B: Backend, const D: usize>(
     x: Tensor<B, D>,
     gamma: Tensor<B, 1>,
     beta: Tensor<B, 1>,
     epsilon: f64,
 ) -> Tensor<B, D> {
+    let d = x.dims()[D - 1];
+    let [gamma_len, beta_len] = [gamma.dims()[0], beta.dims()[0]];
+    assert!(
+        gamma_len == d && beta_len == d,
+        "layer_norm: gamma [{gamma_len}] and beta [{beta_len}] must both be [{d}], x's last dimension"
+    );
     #[cfg(feature = "flex")]
     let (x, gamma, beta) = match crate::fused::flex_layer_norm(x, gamma, beta, epsilon) {
         Ok(y) => return y,

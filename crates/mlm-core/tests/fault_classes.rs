@@ -381,3 +381,29 @@ fn vocabularies_of_size_0_and_1() {
 fn a_head_over_an_empty_vocabulary_is_refused_at_construction() {
     let _ = MlmHeadConfig::new(8, 0).init::<B>(&Default::default());
 }
+
+/// A γ shorter than the rows: the flex kernel would have normalised chunks of 4 values
+/// instead of rows of 8 and returned a wrong result; it is refused before any backend runs.
+#[test]
+#[should_panic(expected = "layer_norm: gamma [4] and beta [8] must both be [8]")]
+fn a_layer_norm_with_a_gamma_of_the_wrong_length_is_refused_on_flex() {
+    type F = Autodiff<burn::backend::Flex>;
+    let device = Default::default();
+    let x = Tensor::<F, 3>::ones([2, 5, 8], &device);
+    let _ = mlm_core::layer_norm(
+        x,
+        Tensor::ones([4], &device),
+        Tensor::zeros([8], &device),
+        1e-12,
+    );
+}
+
+#[test]
+#[should_panic(expected = "multi_head_attention: key_bias is [5, 2], expected [2, 5]")]
+fn attention_with_a_transposed_key_bias_is_refused_on_flex() {
+    type F = Autodiff<burn::backend::Flex>;
+    let device = Default::default();
+    let q = Tensor::<F, 3>::ones([2, 5, 8], &device);
+    let bias = Tensor::zeros([5, 2], &device);
+    let _ = mlm_core::multi_head_attention(q.clone(), q.clone(), q, bias, 2);
+}
