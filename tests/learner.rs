@@ -227,7 +227,7 @@ fn learner_epochs_lower_the_loss_and_its_metrics_are_the_global_ones() {
         let loss = masked_cross_entropy_with_labels(logits, batch.targets).unwrap();
         loss_sum += loss.loss_sum.into_scalar() as f64;
         n_masked += loss.n_graded;
-        n_correct += loss.n_correct;
+        n_correct += loss.n_correct.into_scalar() as usize;
     }
     let mean = loss_sum / n_masked as f64;
     let (loss, loss_count, _) = logged(dir.path(), "valid", 3, "Loss");

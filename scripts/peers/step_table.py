@@ -5,7 +5,8 @@
 OURS.json: rows of `mlm-train bench backends`; THEIRS.json: rows of torch_bert_step.py. Both at
 the main job's shapes. GFLOP/s count the useful work of the gathered step (the encoder at every
 token, the head at the masked rows only; backward = 2 × forward) for every row, so a dense
-step that does more work is not credited for it; PEAK_GFLOPS (default 166) is the machine's peak.
+step that does more work is not credited for it; PEAK_GFLOPS (bench-vs-pytorch.sh sets it from
+the CPU; default 166) is the machine's peak.
 """
 
 import json

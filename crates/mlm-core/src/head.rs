@@ -12,7 +12,7 @@ use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor};
 
-use crate::MlmError;
+use crate::{MaskedTargets, MlmError};
 
 /// GELU in its exact (erf) form, `x · Φ(x) = x/2 · (1 + erf(x/√2))`, as BERT and
 /// Hugging Face's `"gelu"` (Hendrycks & Gimpel 2016).
@@ -238,7 +238,7 @@ impl<B: Backend> MlmHead<B> {
         positions: Tensor<B, 1, Int>,
         tied: Option<Tensor<B, 2>>,
     ) -> Result<Tensor<B, 2>, MlmError> {
-        let [batch, seq, d_model] = hidden.dims();
+        let [batch, seq, _] = hidden.dims();
         let n_rows = batch * seq;
         let host_positions = positions
             .to_data()
@@ -251,8 +251,56 @@ impl<B: Backend> MlmHead<B> {
         {
             return Err(MlmError::PositionOutOfRange { position, n_rows });
         }
+        self.gathered(hidden, positions, tied)
+    }
+
+    /// Logits for the masked positions of `targets`, checked on the host when they were
+    /// built: [`forward_masked`](Self::forward_masked) without reading anything back from
+    /// the device.
+    ///
+    /// # Shapes
+    /// - hidden: `[batch, seq, d_model]` with `batch * seq = targets.n_rows()`
+    /// - tied: as in [`forward`](Self::forward)
+    /// - output: `[n_masked, vocab]`, row `i` for `targets.positions()[i]`
+    ///
+    /// # Errors
+    /// As [`forward`](Self::forward), and [`MlmError::ShapeMismatch`] if `batch * seq` is not
+    /// the row count `targets` was checked against, or `targets` was checked against another
+    /// vocabulary.
+    pub fn forward_targets(
+        &self,
+        hidden: Tensor<B, 3>,
+        targets: &MaskedTargets<B>,
+        tied: Option<Tensor<B, 2>>,
+    ) -> Result<Tensor<B, 2>, MlmError> {
+        let [batch, seq, d_model] = hidden.dims();
+        if batch * seq != targets.n_rows() || targets.vocab_size() != self.vocab_size {
+            return Err(MlmError::ShapeMismatch {
+                what: "hidden states for the masked targets",
+                expected: format!(
+                    "[batch, seq, d_model] with batch * seq = {} rows, vocab {} (the targets'), \
+                     for a head of vocab {}",
+                    targets.n_rows(),
+                    targets.vocab_size(),
+                    self.vocab_size
+                ),
+                actual: vec![batch, seq, d_model],
+            });
+        }
+        self.gathered(hidden, targets.positions().clone(), tied)
+    }
+
+    /// The head on the rows `positions` (each in range) of `hidden`.
+    fn gathered(
+        &self,
+        hidden: Tensor<B, 3>,
+        positions: Tensor<B, 1, Int>,
+        tied: Option<Tensor<B, 2>>,
+    ) -> Result<Tensor<B, 2>, MlmError> {
+        let [batch, seq, d_model] = hidden.dims();
+        let n_rows = batch * seq;
         let rows = hidden.reshape([n_rows, d_model]);
-        if host_positions.is_empty() {
+        if positions.dims()[0] == 0 {
             // Nothing masked: burn-ndarray 0.21 divides by zero in a matmul of 0 rows, so
             // decode one row and select none of it (`select`, not an empty `slice`, which
             // burn answers with a fresh tensor): the `[0, vocab]` result stays in the

@@ -19,6 +19,10 @@
 //! - [`masked_cross_entropy`], [`masked_cross_entropy_with_labels`], [`MaskedCrossEntropy`]:
 //!   the mean of `-log p(true token)` over the masked positions only, with the sum and
 //!   count needed to normalise gradient accumulation globally.
+//! - [`MaskedTargets`]: the masked positions and their true tokens, checked on the host
+//!   before upload, so that [`MlmHead::forward_targets`] and
+//!   [`MaskedCrossEntropy::forward_targets`] read nothing back from the device (no stall of a
+//!   GPU's queue in the training step).
 //! - [`multi_head_attention`] ([`attention`]) and [`layer_norm`]: the encoder's
 //!   self-attention and LayerNorm, each one operation (a fused kernel on burn-flex), for the
 //!   encoder that feeds the head.
@@ -36,6 +40,7 @@ pub mod head;
 pub mod learner;
 pub mod loss;
 pub mod masking;
+pub mod targets;
 
 pub use attention::multi_head_attention;
 pub use error::MlmError;
@@ -45,3 +50,4 @@ pub use loss::{
     masked_cross_entropy, masked_cross_entropy_with_labels,
 };
 pub use masking::{MaskedBatch, Masker, MaskingConfig, SpanMaskingConfig};
+pub use targets::MaskedTargets;

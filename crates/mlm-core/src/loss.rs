@@ -21,8 +21,8 @@ use burn::module::Module;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, DType, ElementConversion, FloatDType, Int, Tensor, TensorData};
 
-use crate::MlmError;
 use crate::fused::{CrossEntropySum, cross_entropy_sum};
+use crate::{MaskedTargets, MlmError};
 
 /// The label that marks a position as "not graded" (Hugging Face / PyTorch `ignore_index`).
 pub const IGNORE_INDEX: i64 = -100;
@@ -36,7 +36,7 @@ pub enum Reduction {
     Sum,
 }
 
-/// What a masked cross-entropy returns.
+/// What a masked cross-entropy returns, on the device: nothing here has been read back.
 ///
 /// `loss_sum` and `n_graded` are what gradient accumulation and multi-device runs
 /// add up: the global loss is `Σ loss_sum / Σ n_graded`, never a mean of means.
@@ -49,17 +49,19 @@ pub struct MlmLossOutput<B: Backend> {
     pub loss_sum: Tensor<B, 1>,
     /// Number of graded (masked) positions `|M|`.
     pub n_graded: usize,
-    /// Number of graded positions whose argmax logit is the true token (first index wins ties).
-    pub n_correct: usize,
+    /// Number of graded positions whose argmax logit is the true token (first index wins
+    /// ties), shape `[1]`: a tensor, so that counting stalls no device queue.
+    pub n_correct: Tensor<B, 1, Int>,
 }
 
 impl<B: Backend> MlmLossOutput<B> {
-    /// Fraction of graded positions predicted correctly, `n_correct / n_graded` (0 when none).
+    /// Fraction of graded positions predicted correctly, `n_correct / n_graded` (0 when
+    /// none). Reads `n_correct` back from the device.
     pub fn accuracy(&self) -> f64 {
         if self.n_graded == 0 {
             0.0
         } else {
-            self.n_correct as f64 / self.n_graded as f64
+            self.n_correct.clone().into_scalar().elem::<i64>() as f64 / self.n_graded as f64
         }
     }
 }
@@ -158,8 +160,43 @@ impl MaskedCrossEntropy {
         self.graded(flatten_rows(logits, rows), labels)
     }
 
-    /// The computation shared by both entry points: validate, gather the graded
-    /// rows, then log-softmax → pick the true token → negate → reduce.
+    /// Loss of `logits` at masked positions against their true tokens, checked on the host
+    /// when `targets` was built ([`MaskedTargets::new`]): nothing is read back from the
+    /// device, so a GPU's queue never stalls on it. Every row is graded.
+    ///
+    /// # Shapes
+    /// - logits: `[n_masked, vocab]`, row `i` for `targets.positions()[i]`, e.g. from
+    ///   [`MlmHead::forward_targets`](crate::MlmHead::forward_targets); f16/bf16 is
+    ///   promoted to f32.
+    ///
+    /// # Errors
+    /// [`MlmError::ShapeMismatch`] if the logits are not `[targets.len(),
+    /// targets.vocab_size()]`.
+    pub fn forward_targets<B: Backend>(
+        &self,
+        logits: Tensor<B, 2>,
+        targets: &MaskedTargets<B>,
+    ) -> Result<MlmLossOutput<B>, MlmError> {
+        let dims = logits.dims();
+        if dims != [targets.len(), targets.vocab_size()] {
+            return Err(MlmError::ShapeMismatch {
+                what: "logits of the masked targets",
+                expected: format!(
+                    "[n_masked = {}, vocab = {}]",
+                    targets.len(),
+                    targets.vocab_size()
+                ),
+                actual: dims.to_vec(),
+            });
+        }
+        if targets.is_empty() {
+            return Ok(no_graded_row(logits));
+        }
+        Ok(self.reduced(to_f32(logits), targets.targets().clone(), targets.len()))
+    }
+
+    /// The computation shared by the label entry points: validate on the host, gather the
+    /// graded rows, then [`reduced`](Self::reduced).
     fn graded<B: Backend>(
         &self,
         logits: Tensor<B, 2>,
@@ -183,26 +220,12 @@ impl MaskedCrossEntropy {
             rows.push(position as i64);
             targets.push(label);
         }
-        // f16/bf16 logits lose too much in exp/log: the loss is always computed in f32.
-        let logits = match logits.dtype() {
-            DType::F16 | DType::BF16 => logits.cast(FloatDType::F32),
-            _ => logits,
-        };
         let n_graded = rows.len();
         if n_graded == 0 {
-            // Keep the logits in the graph so that `backward` yields a zero gradient
-            // (not a missing one); `mask_fill` passes no gradient to filled entries and
-            // replaces inf/NaN, so the result is an exact 0.
-            let all = Tensor::<B, 2, Bool>::full([n_rows, vocab_size], true, &device);
-            let zero = logits.mask_fill(all, 0.0).sum();
-            return Ok(MlmLossOutput {
-                loss: zero.clone(),
-                loss_sum: zero,
-                n_graded,
-                n_correct: 0,
-            });
+            return Ok(no_graded_row(logits));
         }
         // Gather the graded rows; rows outside M never enter the computation.
+        let logits = to_f32(logits);
         let graded_logits = if n_graded == n_rows {
             logits
         } else {
@@ -211,8 +234,18 @@ impl MaskedCrossEntropy {
                 Tensor::from_data(TensorData::from(rows.as_slice()), &device),
             )
         };
-        let targets: Tensor<B, 1, Int> =
-            Tensor::from_data(TensorData::from(targets.as_slice()), &device);
+        let targets = Tensor::from_data(TensorData::from(targets.as_slice()), &device);
+        Ok(self.reduced(graded_logits, targets, n_graded))
+    }
+
+    /// log-softmax → pick the true token → negate → reduce, over `n_graded ≥ 1` rows that
+    /// are all graded.
+    fn reduced<B: Backend>(
+        &self,
+        graded_logits: Tensor<B, 2>,
+        targets: Tensor<B, 1, Int>,
+        n_graded: usize,
+    ) -> MlmLossOutput<B> {
         // Σ over M of -log p(true token), with its gradient from the same sweep (fused.rs).
         let CrossEntropySum {
             loss_sum,
@@ -224,12 +257,36 @@ impl MaskedCrossEntropy {
         } else {
             loss_sum.clone() / n_graded as f64
         };
-        Ok(MlmLossOutput {
+        MlmLossOutput {
             loss,
             loss_sum,
             n_graded,
-            n_correct: n_correct.into_scalar().elem::<i64>() as usize,
-        })
+            n_correct,
+        }
+    }
+}
+
+/// The loss of logits with no graded row: exactly 0, with a zero gradient.
+fn no_graded_row<B: Backend>(logits: Tensor<B, 2>) -> MlmLossOutput<B> {
+    // Keep the logits in the graph so that `backward` yields a zero gradient (not a
+    // missing one); `mask_fill` passes no gradient to filled entries and replaces inf/NaN,
+    // so the result is an exact 0.
+    let device = logits.device();
+    let all = Tensor::<B, 2, Bool>::full(logits.dims(), true, &device);
+    let zero = to_f32(logits).mask_fill(all, 0.0).sum();
+    MlmLossOutput {
+        loss: zero.clone(),
+        loss_sum: zero,
+        n_graded: 0,
+        n_correct: Tensor::zeros([1], &device),
+    }
+}
+
+/// f16/bf16 logits lose too much in exp/log: the loss is always computed in f32.
+fn to_f32<B: Backend>(logits: Tensor<B, 2>) -> Tensor<B, 2> {
+    match logits.dtype() {
+        DType::F16 | DType::BF16 => logits.cast(FloatDType::F32),
+        _ => logits,
     }
 }
 

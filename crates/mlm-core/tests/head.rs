@@ -4,8 +4,10 @@
 use burn::backend::{Autodiff, NdArray};
 use burn::module::Param;
 use burn::nn::{Embedding, EmbeddingConfig};
-use burn::tensor::{Distribution, Int, Tensor, TensorData};
-use mlm_core::{MlmError, MlmHeadConfig, masked_cross_entropy_with_labels};
+use burn::tensor::{Distribution, ElementConversion, Int, Tensor, TensorData};
+use mlm_core::{
+    MaskedCrossEntropy, MaskedTargets, MlmError, MlmHeadConfig, masked_cross_entropy_with_labels,
+};
 
 type B = Autodiff<NdArray>;
 
@@ -57,6 +59,80 @@ fn forward_masked_gives_the_dense_rows_at_the_positions() {
     let dense = dense.reshape([12, 13]).select(0, ints(positions, [4]));
     let diff: f32 = (sparse - dense).abs().max().into_scalar();
     assert!(diff < 1e-5, "max |sparse - dense| = {diff}");
+}
+
+#[test]
+fn checked_targets_give_the_position_path_s_logits_loss_and_gradients_and_refuse_other_shapes() {
+    let device = Default::default();
+    let head = MlmHeadConfig::new(8, 13).init::<B>(&device);
+    let embedding = hidden([13, 8]);
+    let (positions, true_tokens) = (vec![11i64, 0, 5, 6], vec![3i64, 12, 0, 7]);
+    let run = |by_targets: bool| {
+        let h: Tensor<B, 3> = Tensor::from_data(h_values(), &device).require_grad();
+        let (logits, out) = if by_targets {
+            let targets = MaskedTargets::new(&positions, &true_tokens, 12, 13, &device).unwrap();
+            let logits = head
+                .forward_targets(h.clone(), &targets, Some(embedding.clone()))
+                .unwrap();
+            let out = MaskedCrossEntropy::default()
+                .forward_targets(logits.clone(), &targets)
+                .unwrap();
+            (logits, out)
+        } else {
+            let logits = head
+                .forward_masked(
+                    h.clone(),
+                    ints(positions.clone(), [4]),
+                    Some(embedding.clone()),
+                )
+                .unwrap();
+            let out =
+                masked_cross_entropy_with_labels(logits.clone(), ints(true_tokens.clone(), [4]))
+                    .unwrap();
+            (logits, out)
+        };
+        let correct: i64 = out.n_correct.clone().into_scalar().elem();
+        let grad = values(h.grad(&out.loss.backward()).unwrap());
+        (
+            values(logits.inner()),
+            values(out.loss.inner()),
+            correct,
+            grad,
+        )
+    };
+    // The same numbers bit for bit: one gather, one loss kernel.
+    assert_eq!(run(true), run(false));
+
+    let targets = MaskedTargets::<B>::new(&positions, &true_tokens, 12, 13, &device).unwrap();
+    let refused = head.forward_targets(hidden([4, 4, 8]), &targets, Some(embedding.clone()));
+    assert!(matches!(refused, Err(MlmError::ShapeMismatch { actual, .. }) if actual == [4, 4, 8]));
+    let refused = MaskedCrossEntropy::default().forward_targets(hidden([3, 13]), &targets);
+    assert!(matches!(refused, Err(MlmError::ShapeMismatch { actual, .. }) if actual == [3, 13]));
+    // Nothing masked: loss exactly 0 with a zero gradient.
+    let none = MaskedTargets::<B>::new(&[], &[], 12, 13, &device).unwrap();
+    let h = hidden([3, 4, 8]).require_grad();
+    let logits = head
+        .forward_targets(h.clone(), &none, Some(embedding))
+        .unwrap();
+    let out = MaskedCrossEntropy::default()
+        .forward_targets(logits, &none)
+        .unwrap();
+    assert_eq!(values(out.loss.clone().inner()), [0.0]);
+    assert!(
+        values(h.grad(&out.loss.backward()).unwrap())
+            .iter()
+            .all(|&g| g == 0.0)
+    );
+}
+
+/// Fixed hidden states `[3, 4, 8]`, the same for both paths.
+fn h_values() -> TensorData {
+    TensorData::new(
+        (0..96)
+            .map(|i| ((i * 37 % 19) as f32 - 9.0) / 4.0)
+            .collect::<Vec<_>>(),
+        [3, 4, 8],
+    )
 }
 
 #[test]

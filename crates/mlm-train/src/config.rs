@@ -111,6 +111,12 @@ pub struct TrainConfig {
     /// Validate every this many steps (and at the end).
     #[config(default = 200)]
     pub eval_every: usize,
+    /// Read the training loss, accuracy and gradient norm back from the device every this
+    /// many steps (and before each validation and checkpoint): a step itself waits on no
+    /// read-back. `metrics.csv` still gets a row per step; a non-finite step is found at the
+    /// next read ([`TrainError::NonFinite`]).
+    #[config(default = 10)]
+    pub log_every: usize,
     /// Checkpoint every this many steps (and at the end).
     #[config(default = 200)]
     pub checkpoint_every: usize,
@@ -149,6 +155,7 @@ impl TrainConfig {
             ("world_size", self.world_size),
             ("max_steps", self.max_steps),
             ("eval_every", self.eval_every),
+            ("log_every", self.log_every),
             ("checkpoint_every", self.checkpoint_every),
             ("held_out_every", self.held_out_every),
             ("max_eval_sequences", self.max_eval_sequences),

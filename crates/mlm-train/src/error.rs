@@ -119,10 +119,12 @@ pub enum TrainError {
         /// What went wrong.
         reason: String,
     },
-    /// The loss or the gradient norm became NaN or infinite; the update was not applied.
+    /// The loss or the gradient norm became NaN or infinite. It is found when the step's
+    /// metrics are read back (every `log_every` steps and before every checkpoint), so the
+    /// run ends there, and no checkpoint holds the non-finite weights.
     #[error(
-        "non-finite {quantity} {value} at step {step}; no update was applied, and the newest \
-         checkpoint (if any) is intact"
+        "non-finite {quantity} {value} at step {step}; the run stopped before writing another \
+         checkpoint, and the newest one (if any) is intact"
     )]
     NonFinite {
         /// The optimizer step.

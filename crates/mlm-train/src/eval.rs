@@ -79,8 +79,8 @@ pub fn evaluate<B: Backend>(
             .input_ids
             .clone()
             .flatten::<1>(0, 1)
-            .select(0, batch.masked_positions.clone());
-        let targets = batch.masked_targets.clone();
+            .select(0, batch.targets.positions().clone());
+        let targets = batch.targets.targets().clone();
         let at_mask = inputs.clone().equal_elem(tokenizer.mask_id);
         let unchanged = inputs.equal(targets.clone());
         let random = at_mask
@@ -94,7 +94,7 @@ pub fn evaluate<B: Backend>(
             let out = loss_fn.forward_labels(logits.clone(), labels)?;
             sum.0 += f64::from(out.loss_sum.into_scalar().elem::<f32>());
             sum.1 += out.n_graded;
-            sum.2 += out.n_correct;
+            sum.2 += out.n_correct.into_scalar().elem::<i64>() as usize;
         }
     }
     let loss_sum: f64 = by_input.iter().map(|kind| kind.0).sum();

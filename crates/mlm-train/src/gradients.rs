@@ -5,8 +5,8 @@
 use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param};
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{AdamW, AdamWConfig, GradientsAccumulator, GradientsParams};
+use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{ElementConversion, Tensor};
 use mlm_core::MaskedCrossEntropy;
 
 use crate::data::MlmBatch;
@@ -14,17 +14,18 @@ use crate::error::TrainError;
 use crate::model::BertForMaskedLm;
 
 /// Masked-LM loss of `model` on `batch`: logits at the masked positions only, then
-/// `loss_fn` against the original ids.
+/// `loss_fn` against the original ids. Reads nothing back from the device.
 ///
 /// # Errors
-/// [`MlmError`](mlm_core::MlmError) for a masked position outside the batch.
+/// [`MlmError`](mlm_core::MlmError) for targets checked against another batch shape or
+/// vocabulary.
 pub fn forward_loss<B: Backend>(
     model: &BertForMaskedLm<B>,
     batch: MlmBatch<B>,
     loss_fn: &MaskedCrossEntropy,
 ) -> Result<mlm_core::MlmLossOutput<B>, TrainError> {
-    let targets = batch.masked_targets.clone();
-    Ok(loss_fn.forward_labels(masked_logits(model, batch)?, targets)?)
+    let targets = batch.targets.clone();
+    Ok(loss_fn.forward_targets(masked_logits(model, batch)?, &targets)?)
 }
 
 /// Logits of `model` at the masked positions of `batch`, `[n_masked, vocab]`.
@@ -36,15 +37,15 @@ pub(crate) fn masked_logits<B: Backend>(
         batch.input_ids,
         batch.token_type_ids,
         batch.padding_mask,
-        batch.masked_positions,
+        &batch.targets,
     )?)
 }
 
-/// One shard's share of an optimizer step.
-pub(crate) struct ShardGradients {
+/// One shard's share of an optimizer step, or the shards' sum.
+pub(crate) struct ShardGradients<B: AutodiffBackend> {
     pub(crate) grads: GradientsParams,
-    pub(crate) loss_sum: f64,
-    pub(crate) n_correct: usize,
+    /// `[loss sum (nats), correct predictions]`, still on the device.
+    pub(crate) totals: Tensor<B::InnerBackend, 1>,
 }
 
 /// Gradients of the shards of one optimizer step, each shard's summed loss divided by the
@@ -62,21 +63,23 @@ pub(crate) fn shard_gradients<B: AutodiffBackend>(
     loss_fn: &MaskedCrossEntropy,
     n_masked: usize,
     parallel: bool,
-) -> Result<Vec<ShardGradients>, TrainError> {
+) -> Result<Vec<ShardGradients<B>>, TrainError> {
     struct FreshLeaves;
     impl<B: AutodiffBackend> ModuleMapper<B> for FreshLeaves {
         fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
             param.map(|tensor| tensor.detach().require_grad())
         }
     }
-    let run = |replica: &BertForMaskedLm<B>, batch| -> Result<ShardGradients, TrainError> {
+    let run = |replica: &BertForMaskedLm<B>, batch| -> Result<ShardGradients<B>, TrainError> {
         let out = forward_loss(replica, batch, loss_fn)?;
-        let loss_sum = f64::from(out.loss_sum.clone().into_scalar().elem::<f32>());
+        let totals = Tensor::cat(
+            vec![out.loss_sum.clone().inner(), out.n_correct.inner().float()],
+            0,
+        );
         let grads = (out.loss_sum / n_masked.max(1) as f64).backward();
         Ok(ShardGradients {
             grads: GradientsParams::from_grads(grads, replica),
-            loss_sum,
-            n_correct: out.n_correct,
+            totals,
         })
     };
     if !parallel || batches.len() == 1 {
@@ -97,23 +100,24 @@ pub(crate) fn shard_gradients<B: AutodiffBackend>(
     })
 }
 
-/// The shards of one step added up: their gradients by parameter, their summed loss and
-/// correct count.
+/// The shards of one step added up, on the device: their gradients by parameter, their
+/// totals.
 pub(crate) fn sum_shards<B: AutodiffBackend>(
     model: &BertForMaskedLm<B>,
-    shards: Vec<ShardGradients>,
-) -> ShardGradients {
+    shards: Vec<ShardGradients<B>>,
+) -> ShardGradients<B> {
     let mut accumulator = GradientsAccumulator::<BertForMaskedLm<B>>::new();
-    let (mut loss_sum, mut n_correct) = (0.0, 0);
+    let mut totals = None;
     for shard in shards {
-        loss_sum += shard.loss_sum;
-        n_correct += shard.n_correct;
+        totals = Some(match totals {
+            Some(sum) => sum + shard.totals,
+            None => shard.totals,
+        });
         accumulator.accumulate(model, shard.grads);
     }
     ShardGradients {
         grads: accumulator.grads(),
-        loss_sum,
-        n_correct,
+        totals: totals.expect("a step has at least one shard"),
     }
 }
 
@@ -128,12 +132,15 @@ pub(crate) fn adamw<B: AutodiffBackend>(
         .init()
 }
 
-/// Scales `grads` so that their global L2 norm is at most `max_norm`; returns the norm before.
+/// Scales `grads` so that their global L2 norm is at most `max_norm` (PyTorch's
+/// `clip_grad_norm_`: every gradient times `min(1, max_norm / norm)`, computed on the
+/// device, so that nothing is read back); returns the norm before clipping, `[1]`, on the
+/// device (NaN if a gradient is not finite).
 pub(crate) fn clip_global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     model: &M,
     grads: &mut GradientsParams,
     max_norm: f64,
-) -> f64 {
+) -> Tensor<B::InnerBackend, 1> {
     struct SquaredNorm<'a, B: AutodiffBackend> {
         grads: &'a GradientsParams,
         sum: Option<Tensor<B::InnerBackend, 1>>,
@@ -151,28 +158,26 @@ pub(crate) fn clip_global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     }
     struct Scale<'a, B: AutodiffBackend> {
         grads: &'a mut GradientsParams,
-        factor: f64,
-        _backend: std::marker::PhantomData<B>,
+        factor: Tensor<B::InnerBackend, 1>,
     }
     impl<B: AutodiffBackend> ModuleVisitor<B> for Scale<'_, B> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
             if let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) {
-                self.grads.register(param.id, grad * self.factor);
+                let factor = self.factor.clone().reshape([1; D]);
+                self.grads.register(param.id, grad * factor);
             }
         }
     }
     let mut norm = SquaredNorm::<B> { grads, sum: None };
     model.visit(&mut norm);
-    let total = norm
-        .sum
-        .map(|s| f64::from(s.into_scalar().elem::<f32>()).sqrt())
-        .unwrap_or(0.0);
-    if total > max_norm {
-        model.visit(&mut Scale::<B> {
-            grads,
-            factor: max_norm / total,
-            _backend: std::marker::PhantomData,
-        });
-    }
-    total
+    let Some(squared) = norm.sum else {
+        // No gradient at all: norm 0, nothing to scale.
+        let device = model.devices().first().cloned().unwrap_or_default();
+        return Tensor::<B, 1>::zeros([1], &device).inner();
+    };
+    let norm = squared.sqrt();
+    // max_norm / 0 = inf, clamped to 1: a zero gradient stays zero.
+    let factor = norm.clone().recip().mul_scalar(max_norm).clamp_max(1.0);
+    model.visit(&mut Scale::<B> { grads, factor });
+    norm
 }

@@ -275,6 +275,10 @@ struct TrainArgs {
     /// Validate every N steps.
     #[arg(long, conflicts_with = "resume")]
     eval_every: Option<usize>,
+    /// Read the training loss back from the device every N steps (metrics.csv still gets
+    /// a row per step).
+    #[arg(long, conflicts_with = "resume")]
+    log_every: Option<usize>,
     /// Checkpoint every N steps.
     #[arg(long, conflicts_with = "resume")]
     checkpoint_every: Option<usize>,
@@ -308,7 +312,8 @@ config_flags!(
     warmup_steps => warmup_steps, max_seq_len => max_seq_len, vocab_size => vocab_size,
     hidden_size => model.hidden_size, layers => model.num_hidden_layers,
     heads => model.num_attention_heads, intermediate_size => model.intermediate_size,
-    eval_every => eval_every, checkpoint_every => checkpoint_every, seed => seed,
+    eval_every => eval_every, log_every => log_every, checkpoint_every => checkpoint_every,
+    seed => seed,
     mlm_probability => mlm_probability, masking => masking,
     local_attention_init => model.local_attention_init,
     dropout => model.hidden_dropout_prob,

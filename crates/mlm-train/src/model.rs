@@ -15,7 +15,7 @@ use burn::nn::{
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Distribution, Int, Tensor, TensorData};
 use mlm_core::attention::{self, PADDING_BIAS};
-use mlm_core::{MlmError, MlmHead, MlmHeadConfig, gelu, multi_head_attention};
+use mlm_core::{MaskedTargets, MlmError, MlmHead, MlmHeadConfig, gelu, multi_head_attention};
 
 use crate::seed::{Stream, stream_rng};
 use rand::rngs::StdRng;
@@ -572,22 +572,24 @@ impl<B: Backend> BertForMaskedLm<B> {
     ///
     /// # Shapes
     /// - input_ids, token_type_ids, padding_mask: as in [`encode`](Self::encode)
-    /// - masked_positions: `[n_masked]`, flat indices `b * seq + s`
+    /// - targets: `n_masked` flat positions `b * seq + s`, checked on the host (nothing is
+    ///   read back from the device)
     /// - output: `[n_masked, vocab]`
     ///
     /// # Errors
-    /// [`MlmError::PositionOutOfRange`] for a position outside the batch.
+    /// [`MlmError::ShapeMismatch`] if `targets` were checked for another batch shape or
+    /// vocabulary.
     pub fn forward_masked(
         &self,
         input_ids: Tensor<B, 2, Int>,
         token_type_ids: Tensor<B, 2, Int>,
         padding_mask: Tensor<B, 2, Bool>,
-        masked_positions: Tensor<B, 1, Int>,
+        targets: &MaskedTargets<B>,
     ) -> Result<Tensor<B, 2>, MlmError> {
         let hidden = self.encode(input_ids, token_type_ids, padding_mask);
-        self.head.forward_masked(
+        self.head.forward_targets(
             hidden,
-            masked_positions,
+            targets,
             Some(self.embeddings.word_embeddings.weight.val()),
         )
     }

@@ -40,8 +40,9 @@ impl RunDir {
     }
     /// Loads the run's configuration. A run made before a model flag existed
     /// (`sinusoidal_positions`, `local_attention_init`) was made without it: the flag reads
-    /// as `false`; one made before `world_size` existed ran as one process, and one made
-    /// before `masking` existed used token masking.
+    /// as `false`; one made before `world_size` existed ran as one process, one made
+    /// before `masking` existed used token masking, and one made before `log_every` existed
+    /// takes its default (it changes when metrics are read, never what they are).
     ///
     /// # Errors
     /// [`TrainError::InvalidInput`] if the folder has no `config.json` (it is not a run);
@@ -64,6 +65,7 @@ impl RunDir {
         }
         if let Some(config) = value.as_object_mut() {
             config.entry("world_size").or_insert(1.into());
+            config.entry("log_every").or_insert(10.into());
             config
                 .entry("masking")
                 .or_insert(Masking::Token.to_string().into());

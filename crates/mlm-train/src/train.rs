@@ -19,7 +19,7 @@ use crate::progress::{Progress, RunEnd};
 use crate::report::{MetricsLog, MetricsRow, Summary, plot_loss_curve};
 use crate::run_dir::{NewRun, ResumedRun, RunDir};
 use crate::stop::StopSignal;
-use crate::trainer::Trainer;
+use crate::trainer::{StepMetrics, Trainer};
 
 use crate::config::TrainConfig;
 
@@ -337,29 +337,41 @@ impl<B: AutodiffBackend> Session<'_, B> {
                 .trainer
                 .step(self.schedule.step(step))
                 .inspect_err(|_| self.progress.abandon())?;
-            self.log(out.row("train", out.loss, out.accuracy))?;
-            let elapsed = out.elapsed_seconds;
-            self.progress
-                .step(step, elapsed, out.loss, out.tokens_per_second);
             // A stop request ends the run here, as if this were its last step, except that no
             // metrics row is added: a resumed run then writes the same metrics.csv as an
             // uninterrupted one.
             let last = step == end || out.budget_spent;
             let stopped = out.stop_requested.filter(|_| !last);
+            let evaluate = step.is_multiple_of(config.eval_every) || last;
+            let checkpoint = self.dir.filter(|_| {
+                step.is_multiple_of(config.checkpoint_every) || last || stopped.is_some()
+            });
+            // The step's metrics wait on the device until a logging interval (or a
+            // validation, a checkpoint, the end) reads them all at once.
+            let latest = if step.is_multiple_of(config.log_every)
+                || evaluate
+                || checkpoint.is_some()
+                || stopped.is_some()
+            {
+                self.log_steps()?
+            } else {
+                None
+            };
             // The summary's evaluation is of the last step's weights.
             final_eval = None;
-            if step.is_multiple_of(config.eval_every) || last {
-                self.progress
-                    .log(step, elapsed, out.loss, out.tokens_per_second);
+            if evaluate {
+                if let Some(latest) = latest {
+                    let tokens_per_second = latest.out.tokens_per_second;
+                    self.progress
+                        .log(step, out.elapsed_seconds, latest.loss, tokens_per_second);
+                }
                 let eval = self.trainer.validate(self.held_out, self.tokenizer)?;
                 self.log(out.row("valid", eval.loss, eval.accuracy))?;
                 self.progress
                     .println(&validation_line(step, &eval, self.baseline.0));
                 final_eval = Some(eval);
             }
-            if let Some(dir) = self.dir.filter(|_| {
-                step.is_multiple_of(config.checkpoint_every) || last || stopped.is_some()
-            }) {
+            if let Some(dir) = checkpoint {
                 self.trainer.checkpoint(&dir.0)?;
             }
             if stopped.is_some() {
@@ -372,6 +384,29 @@ impl<B: AutodiffBackend> Session<'_, B> {
         }
         self.progress.finish();
         Ok((final_eval, None))
+    }
+
+    /// Reads the training metrics of the steps since the last read ([`Trainer::take_metrics`]),
+    /// logs a row for each and shows the latest; returns it.
+    fn log_steps(&mut self) -> Result<Option<StepMetrics>, TrainError> {
+        let metrics = self
+            .trainer
+            .take_metrics()
+            .inspect_err(|_| self.progress.abandon())?;
+        for step in &metrics {
+            self.log(step.out.row("train", step.loss, step.accuracy))?;
+        }
+        let latest = metrics.last().copied();
+        if let Some(latest) = latest {
+            let out = latest.out;
+            self.progress.step(
+                out.step,
+                out.elapsed_seconds,
+                latest.loss,
+                out.tokens_per_second,
+            );
+        }
+        Ok(latest)
     }
 
     fn log(&mut self, row: MetricsRow) -> Result<(), TrainError> {

@@ -18,7 +18,8 @@ use std::time::Instant;
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{AdamW, GradientsParams, Optimizer};
-use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::Tensor;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use mlm_core::{MaskedBatch, MaskedCrossEntropy, Masker};
 
 use crate::checkpoint::{self, RunState};
@@ -26,28 +27,36 @@ use crate::config::{TrainConfig, learning_rate, learning_rate_at};
 use crate::data::{WordPieceTokenizer, mask_shards, to_device};
 use crate::error::TrainError;
 use crate::eval::{EvalMetrics, evaluate};
-use crate::gradients::{adamw, clip_global_norm, shard_gradients, sum_shards};
+use crate::gradients::{ShardGradients, adamw, clip_global_norm, shard_gradients, sum_shards};
 use crate::model::BertForMaskedLm;
 use crate::report::{MetricsRow, SegmentSummary, Summary, Traffic};
 use crate::seed::{Stream, derive_seed};
 use crate::stop::StopSignal;
 
-/// Sums what every rank computed in one step: the gradients, and `[loss sum, correct
-/// predictions, stop requests, progress]`, where only rank 0 gives its progress through the
-/// time budget (elapsed ÷ budget; 0 for a run by step count) and the others 0. The
-/// identity for a single process; across processes, [`crate::distributed`].
+/// What a rank computed in one step, or their sum over all ranks.
+pub struct StepSums<B: AutodiffBackend> {
+    /// The gradients of the model's parameters.
+    pub grads: GradientsParams,
+    /// `[loss sum (nats), correct predictions]`, kept on the device.
+    pub totals: Tensor<B::InnerBackend, 1>,
+    /// `[stop requests, progress]` on the host, where only rank 0 gives its progress through
+    /// the time budget (elapsed ÷ budget; 0 for a run by step count) and the others 0.
+    pub shared: [f64; 2],
+}
+
+/// Sums what every rank computed in one step ([`StepSums`]). The identity for a single
+/// process; across processes, [`crate::distributed`].
 pub trait GradientSync<B: AutodiffBackend> {
-    /// The sums over all ranks of `grads` (this rank's, for the parameters of `model`) and
-    /// of `totals`.
+    /// The sums over all ranks of this rank's `sums` (`grads` for the parameters of
+    /// `model`); the `shared` values come back to the host, since every rank acts on them.
     ///
     /// # Errors
     /// [`TrainError::Collective`] if a rank is gone or the reduction fails.
     fn all_reduce(
         &mut self,
         model: &BertForMaskedLm<B>,
-        grads: GradientsParams,
-        totals: [f64; 4],
-    ) -> Result<(GradientsParams, [f64; 4]), TrainError>;
+        sums: StepSums<B>,
+    ) -> Result<StepSums<B>, TrainError>;
 
     /// What the sums cost so far.
     fn traffic(&self) -> Traffic;
@@ -70,23 +79,18 @@ impl Rank {
     };
 }
 
-/// What one optimizer step did, over every rank.
+/// What one optimizer step did, over every rank, as the host knows it at once; the step's
+/// loss, accuracy and gradient norm stay on the device until [`Trainer::take_metrics`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepOutput {
     /// The step just taken (1-based).
     pub step: usize,
-    /// Mean loss over the step's masked tokens, nats.
-    pub loss: f64,
-    /// Share of the step's masked tokens predicted exactly.
-    pub accuracy: f64,
     /// The learning rate this step used.
     pub learning_rate: f64,
     /// Whether the run's time budget was spent when this step's gradients were computed
     /// (by rank 0's clock): the run ends after this step. Always `false` for a run by step
     /// count.
     pub budget_spent: bool,
-    /// Global L2 norm of the gradient before clipping.
-    pub grad_norm: f64,
     /// Training tokens per second of wall time in this session.
     pub tokens_per_second: f64,
     /// Training wall time of the run so far, seconds.
@@ -113,6 +117,27 @@ impl StepOutput {
     }
 }
 
+/// A step's training metrics, read back from the device by [`Trainer::take_metrics`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepMetrics {
+    /// The step.
+    pub out: StepOutput,
+    /// Mean loss over the step's masked tokens, nats.
+    pub loss: f64,
+    /// Share of the step's masked tokens predicted exactly.
+    pub accuracy: f64,
+    /// Global L2 norm of the gradient before clipping.
+    pub grad_norm: f64,
+}
+
+/// A step whose metrics are still on the device: `[loss sum, correct predictions, gradient
+/// norm]` over its `n_masked` masked tokens.
+struct PendingStep<B: Backend> {
+    out: StepOutput,
+    n_masked: usize,
+    values: Tensor<B, 1>,
+}
+
 /// Where this session (a new run, or one resume of it) started.
 struct Segment {
     started: Instant,
@@ -133,6 +158,8 @@ pub struct Trainer<B: AutodiffBackend> {
     pad_id: u32,
     rank: Rank,
     sync: Option<Box<dyn GradientSync<B>>>,
+    /// Steps taken since the last [`take_metrics`](Self::take_metrics).
+    pending: Vec<PendingStep<B::InnerBackend>>,
     device: B::Device,
 }
 
@@ -164,6 +191,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             pad_id: tokenizer.pad_id,
             rank: Rank::SINGLE,
             sync: None,
+            pending: Vec::new(),
             config: config.clone(),
             device: device.clone(),
         })
@@ -206,9 +234,12 @@ impl<B: AutodiffBackend> Trainer<B> {
     /// One optimizer step over `micro_batches` (each the global batch's sequences with its
     /// index `k` in the run, from [`BatchSchedule::step`](crate::data::BatchSchedule::step)).
     ///
+    /// Reads nothing back from the device in a single process (across processes, the
+    /// collective's sum of the stop requests and the clock): the step's loss, accuracy and
+    /// gradient norm wait for [`take_metrics`](Self::take_metrics).
+    ///
     /// # Errors
-    /// [`TrainError::NonFinite`] before the update if the loss or the gradient norm is not
-    /// finite (no non-finite weight reaches a checkpoint); masker, loss and collective errors.
+    /// Masker, loss and collective errors.
     pub fn step(
         &mut self,
         micro_batches: Vec<(u64, Vec<&[u32]>)>,
@@ -221,57 +252,106 @@ impl<B: AutodiffBackend> Trainer<B> {
             derive_seed(self.config.seed, Stream::Dropout, step as u64),
         );
         let (shards, n_masked, n_tokens) = self.my_shards(micro_batches)?;
+        let vocab_size = self.config.model.vocab_size;
         let shards = shards
             .iter()
-            .map(|shard| to_device(shard, self.pad_id, &self.device))
-            .collect();
+            .map(|shard| to_device(shard, self.pad_id, vocab_size, &self.device))
+            .collect::<Result<_, _>>()?;
         // The stop request as it stood when the step began.
-        let stop = StopSignal::code(crate::stop::requested());
+        let mut shared = [StopSignal::code(crate::stop::requested()), 0.0];
         let parallel = self.config.model.hidden_dropout_prob == 0.0
             && self.config.model.attention_probs_dropout_prob == 0.0;
         let shards = shard_gradients(&self.model, shards, &self.loss_fn, n_masked, parallel)?;
-        let sum = sum_shards(&self.model, shards);
-        let mut totals = [sum.loss_sum, sum.n_correct as f64, stop, 0.0];
-        let mut grads = sum.grads;
+        let ShardGradients { grads, totals } = sum_shards(&self.model, shards);
         if let (0, Some(budget)) = (self.rank.rank, self.config.time_budget_seconds) {
             let clock = self.segment.elapsed_before + self.segment.started.elapsed().as_secs_f64();
-            totals[3] = clock / budget;
+            shared[1] = clock / budget;
         }
+        let mut sums = StepSums {
+            grads,
+            totals,
+            shared,
+        };
         if let Some(sync) = self.sync.as_mut() {
-            (grads, totals) = sync.all_reduce(&self.model, grads, totals)?;
+            sums = sync.all_reduce(&self.model, sums)?;
         }
-        let loss = totals[0] / n_masked.max(1) as f64;
+        let StepSums {
+            mut grads,
+            totals,
+            shared,
+        } = sums;
         let grad_norm = clip_global_norm(&self.model, &mut grads, self.config.max_grad_norm);
-        for (quantity, value) in [("loss", loss), ("gradient norm", grad_norm)] {
-            if !value.is_finite() {
-                return Err(TrainError::NonFinite {
-                    step,
-                    quantity,
-                    value,
-                });
-            }
-        }
-        let (lr, budget_spent) = self.schedule(step, totals[3]);
+        let (lr, budget_spent) = self.schedule(step, shared[1]);
         self.model = self.optimizer.step(lr, self.model.clone(), grads);
         self.state.step = step;
         self.state.tokens_seen += n_tokens as u64;
         let session = self.segment.started.elapsed().as_secs_f64();
         self.state.elapsed_seconds = self.segment.elapsed_before + session;
-        Ok(StepOutput {
+        let out = StepOutput {
             step,
-            loss,
-            accuracy: totals[1] / n_masked.max(1) as f64,
             learning_rate: lr,
             budget_spent,
-            grad_norm,
             tokens_per_second: (self.state.tokens_seen - self.segment.tokens_before) as f64
                 / session,
             elapsed_seconds: self.state.elapsed_seconds,
             // Across ranks only the summed request is common ground; alone, a signal that
             // came during the step stops after it.
-            stop_requested: StopSignal::from_sum(totals[2])
+            stop_requested: StopSignal::from_sum(shared[0])
                 .or_else(|| crate::stop::requested().filter(|_| self.sync.is_none())),
-        })
+        };
+        self.pending.push(PendingStep {
+            out,
+            n_masked,
+            values: Tensor::cat(vec![totals, grad_norm], 0),
+        });
+        Ok(out)
+    }
+
+    /// The loss, accuracy and gradient norm of every step since the last call, read back
+    /// from the device at once (one synchronisation): call it at logging intervals, not per
+    /// step.
+    ///
+    /// # Errors
+    /// [`TrainError::NonFinite`] naming the first step whose loss or gradient norm is not
+    /// finite. That step's update is in the weights, so the run must end:
+    /// [`checkpoint`](Self::checkpoint) refuses to save them.
+    pub fn take_metrics(&mut self) -> Result<Vec<StepMetrics>, TrainError> {
+        let metrics = self.pending_metrics()?;
+        self.pending.clear();
+        Ok(metrics)
+    }
+
+    /// [`take_metrics`](Self::take_metrics) without taking them.
+    fn pending_metrics(&self) -> Result<Vec<StepMetrics>, TrainError> {
+        if self.pending.is_empty() {
+            return Ok(Vec::new());
+        }
+        let values = Tensor::cat(self.pending.iter().map(|p| p.values.clone()).collect(), 0)
+            .into_data()
+            .convert::<f64>()
+            .into_vec::<f64>()
+            .expect("float metrics convert to f64");
+        let mut metrics = Vec::with_capacity(self.pending.len());
+        for (pending, values) in self.pending.iter().zip(values.chunks(3)) {
+            let n_masked = pending.n_masked.max(1) as f64;
+            let (loss, grad_norm) = (values[0] / n_masked, values[2]);
+            for (quantity, value) in [("loss", loss), ("gradient norm", grad_norm)] {
+                if !value.is_finite() {
+                    return Err(TrainError::NonFinite {
+                        step: pending.out.step,
+                        quantity,
+                        value,
+                    });
+                }
+            }
+            metrics.push(StepMetrics {
+                out: pending.out,
+                loss,
+                accuracy: values[1] / n_masked,
+                grad_norm,
+            });
+        }
+        Ok(metrics)
     }
 
     /// The learning rate of `step`, and whether the time budget is spent, at `progress`
@@ -340,8 +420,12 @@ impl<B: AutodiffBackend> Trainer<B> {
     /// `run_dir/checkpoints/step-NNNNNNNN/`; returns that folder.
     ///
     /// # Errors
+    /// [`TrainError::NonFinite`] (nothing is written) if a step since the last
+    /// [`take_metrics`](Self::take_metrics) had a non-finite loss or gradient norm;
     /// [`TrainError::Io`] / [`TrainError::Checkpoint`] naming the file.
     pub fn checkpoint(&self, run_dir: &Path) -> Result<PathBuf, TrainError> {
+        // No non-finite weight reaches a checkpoint.
+        self.pending_metrics()?;
         checkpoint::save(run_dir, &self.model, &self.optimizer, &self.state)
     }
 

@@ -211,11 +211,13 @@ fn partial_config_files_and_configs_of_older_runs_load() {
     model.remove("sinusoidal_positions");
     model.remove("local_attention_init");
     json.as_object_mut().unwrap().remove("masking");
+    json.as_object_mut().unwrap().remove("log_every");
     std::fs::write(old_run.join("config.json"), json.to_string()).unwrap();
     let loaded = RunDir(old_run).load_config().unwrap();
     assert!(!loaded.model.local_attention_init && !loaded.model.sinusoidal_positions);
     assert_eq!(loaded.max_steps, defaults.max_steps);
     assert_eq!(loaded.masking, Masking::Token);
+    assert_eq!(loaded.log_every, defaults.log_every);
 
     std::fs::write(&file, r#"{"masking": "span"}"#).unwrap();
     let config = config_with_overrides(&file, &defaults).unwrap();

@@ -45,8 +45,8 @@ fn shards_of_a_batch_sum_to_the_whole_batch() {
     let shards = make_shards::<B>(&chunk, &mut masker.clone(), 0, 2, &device).unwrap();
     assert_eq!((whole.len(), shards.len()), (1, 2));
     assert_eq!(
-        whole[0].n_masked,
-        shards.iter().map(|s| s.n_masked).sum::<usize>()
+        whole[0].targets.len(),
+        shards.iter().map(|s| s.targets.len()).sum::<usize>()
     );
     assert_eq!(
         whole[0].n_tokens,

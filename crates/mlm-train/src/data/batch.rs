@@ -3,7 +3,7 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
-use mlm_core::{MaskedBatch, Masker};
+use mlm_core::{MaskedBatch, MaskedTargets, Masker};
 use rand::seq::SliceRandom;
 
 use super::Document;
@@ -76,12 +76,9 @@ pub struct MlmBatch<B: Backend> {
     pub token_type_ids: Tensor<B, 2, Int>,
     /// `[batch, seq]`, `true` at padding.
     pub padding_mask: Tensor<B, 2, Bool>,
-    /// Flat masked positions `b * seq + s`, `[n_masked]`.
-    pub masked_positions: Tensor<B, 1, Int>,
-    /// Original ids at the masked positions, `[n_masked]`.
-    pub masked_targets: Tensor<B, 1, Int>,
-    /// Number of masked (graded) positions.
-    pub n_masked: usize,
+    /// The flat masked positions `b * seq + s` and their original ids, `[n_masked]` each,
+    /// checked on the host: the head and the loss read nothing back.
+    pub targets: MaskedTargets<B>,
     /// Number of real (non-padding) tokens.
     pub n_tokens: usize,
 }
@@ -113,10 +110,11 @@ pub fn make_shards<B: Backend>(
     shards: usize,
     device: &B::Device,
 ) -> Result<Vec<MlmBatch<B>>, TrainError> {
-    Ok(mask_shards(sequences, masker, shards)?
+    let vocab_size = masker.config().vocab_size;
+    mask_shards(sequences, masker, shards)?
         .iter()
-        .map(|shard| to_device(shard, pad_id, device))
-        .collect())
+        .map(|shard| to_device(shard, pad_id, vocab_size, device))
+        .collect()
 }
 
 /// [`make_shards`] on the host: the masked shards, not yet tensors.
@@ -157,8 +155,18 @@ fn shard(masked: &MaskedBatch, rows: std::ops::Range<usize>) -> MaskedBatch {
     }
 }
 
-/// A masked batch as tensors on `device`, padded with `pad_id` to its longest sequence.
-pub fn to_device<B: Backend>(masked: &MaskedBatch, pad_id: u32, device: &B::Device) -> MlmBatch<B> {
+/// A masked batch as tensors on `device`, padded with `pad_id` to its longest sequence, its
+/// targets checked against `vocab_size`.
+///
+/// # Errors
+/// [`MlmError`](mlm_core::MlmError) for a target outside `[0, vocab_size)` (a masker of
+/// another vocabulary than the model's).
+pub fn to_device<B: Backend>(
+    masked: &MaskedBatch,
+    pad_id: u32,
+    vocab_size: usize,
+    device: &B::Device,
+) -> Result<MlmBatch<B>, TrainError> {
     let batch = masked.input_ids.len();
     let seq = masked.input_ids.iter().map(Vec::len).max().unwrap_or(0);
     let mut ids = vec![i64::from(pad_id); batch * seq];
@@ -170,18 +178,20 @@ pub fn to_device<B: Backend>(masked: &MaskedBatch, pad_id: u32, device: &B::Devi
         }
     }
     let n_tokens = masked.input_ids.iter().map(Vec::len).sum();
-    let positions = masked.flat_positions(seq);
-    let targets = masked.masked_targets();
-    let n_masked = positions.len();
-    MlmBatch {
+    let targets = MaskedTargets::new(
+        &masked.flat_positions(seq),
+        &masked.masked_targets(),
+        batch * seq,
+        vocab_size,
+        device,
+    )?;
+    Ok(MlmBatch {
         input_ids: Tensor::from_data(TensorData::new(ids, [batch, seq]), device),
         token_type_ids: Tensor::zeros([batch, seq], device),
         padding_mask: Tensor::from_data(TensorData::new(padding, [batch, seq]), device),
-        masked_positions: Tensor::from_data(TensorData::new(positions, [n_masked]), device),
-        masked_targets: Tensor::from_data(TensorData::new(targets, [n_masked]), device),
-        n_masked,
+        targets,
         n_tokens,
-    }
+    })
 }
 
 /// Unigram statistics of the tokens a masker can select (every non-special token):

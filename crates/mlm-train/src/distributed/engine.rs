@@ -18,7 +18,7 @@ use super::{ProcessGroup, TIMED_OUT};
 use crate::error::TrainError;
 use crate::model::BertForMaskedLm;
 use crate::report::Traffic;
-use crate::trainer::GradientSync;
+use crate::trainer::{GradientSync, StepSums};
 
 impl ProcessGroup {
     /// Joins a run of `world_size` processes: rank 0 starts the coordinator, every rank
@@ -192,21 +192,23 @@ impl<B: AutodiffBackend> GradientSync<B> for CollectiveSum<B> {
     fn all_reduce(
         &mut self,
         model: &BertForMaskedLm<B>,
-        grads: GradientsParams,
-        totals: [f64; 4],
-    ) -> Result<(GradientsParams, [f64; 4]), TrainError> {
-        let device = model.devices()[0].clone();
+        sums: StepSums<B>,
+    ) -> Result<StepSums<B>, TrainError> {
+        let StepSums {
+            grads,
+            totals,
+            shared,
+        } = sums;
         let mut flat = Flatten::<B> {
             grads: &grads,
             parts: Vec::new(),
         };
         model.visit(&mut flat);
-        let totals = totals.map(|t| t as f32);
-        let inner = Tensor::<B, 1>::zeros([1], &device).inner().device();
-        flat.parts.push(Tensor::from_data(
-            TensorData::new(totals.to_vec(), [totals.len()]),
-            &inner,
-        ));
+        let n_totals = totals.dims()[0];
+        let shared_values = shared.map(|value| value as f32).to_vec();
+        let shared_values =
+            Tensor::from_data(TensorData::new(shared_values, [2]), &totals.device());
+        flat.parts.extend([totals, shared_values]);
         let local = Tensor::cat(flat.parts, 0);
         let local_norm = squared_norm(&local);
         let summed = self.sum(local, "the gradient all-reduce")?;
@@ -217,9 +219,16 @@ impl<B: AutodiffBackend> GradientSync<B> for CollectiveSum<B> {
             grads: GradientsParams::new(),
         };
         model.visit(&mut split);
-        let rest = split.flat.slice(split.offset..split.offset + 4).into_data();
-        let rest = rest.to_vec::<f32>().expect("f32 totals");
-        Ok((split.grads, [0, 1, 2, 3].map(|i| f64::from(rest[i]))))
+        let (start, end) = (split.offset, split.offset + n_totals);
+        let totals = split.flat.clone().slice(start..end);
+        // Every rank acts on the summed stop requests and clock: read them back.
+        let shared = split.flat.slice(end..end + 2).into_data();
+        let shared = shared.to_vec::<f32>().expect("f32 totals");
+        Ok(StepSums {
+            grads: split.grads,
+            totals,
+            shared: [0, 1].map(|i| f64::from(shared[i])),
+        })
     }
 }
 

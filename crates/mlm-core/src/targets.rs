@@ -1,0 +1,159 @@
+//! The masked positions of a batch and their true tokens, checked on the host before they
+//! become tensors.
+//!
+//! The head's gather ([`MlmHead::forward_targets`](crate::MlmHead::forward_targets)) and the
+//! loss ([`MaskedCrossEntropy::forward_targets`](crate::MaskedCrossEntropy::forward_targets))
+//! must never index out of range, and a tensor can only be checked by reading it back: on a
+//! GPU, a stall of the whole queue. A [`MaskedTargets`] is checked once, while its numbers
+//! are still on the host (where the masker made them), so the training step reads nothing
+//! back from the device.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
+
+use crate::MlmError;
+
+/// Masked positions and their true tokens, as tensors whose every entry is known to be in
+/// range.
+///
+/// Built by [`MaskedTargets::new`] from host data, e.g. [`MaskedBatch::flat_positions`] and
+/// [`MaskedBatch::masked_targets`].
+///
+/// [`MaskedBatch::flat_positions`]: crate::MaskedBatch::flat_positions
+/// [`MaskedBatch::masked_targets`]: crate::MaskedBatch::masked_targets
+#[derive(Debug, Clone)]
+pub struct MaskedTargets<B: Backend> {
+    positions: Tensor<B, 1, Int>,
+    targets: Tensor<B, 1, Int>,
+    n_rows: usize,
+    vocab_size: usize,
+}
+
+impl<B: Backend> MaskedTargets<B> {
+    /// Checks `positions` (flat indices `b * seq + s` into `n_rows = batch * seq` rows of
+    /// hidden states) and `targets` (true token ids in `[0, vocab_size)`) on the host, then
+    /// uploads them to `device`. Either may be empty (nothing masked).
+    ///
+    /// # Shapes
+    /// - positions, targets: `[n_masked]`, `targets[i]` the true token at `positions[i]`
+    ///
+    /// # Errors
+    /// [`MlmError::ShapeMismatch`] if the two lengths differ; [`MlmError::PositionOutOfRange`]
+    /// for a position outside `[0, n_rows)`; [`MlmError::LabelOutOfRange`] for a target
+    /// outside `[0, vocab_size)` (its `position` is the index `i`).
+    pub fn new(
+        positions: &[i64],
+        targets: &[i64],
+        n_rows: usize,
+        vocab_size: usize,
+        device: &B::Device,
+    ) -> Result<Self, MlmError> {
+        if positions.len() != targets.len() {
+            return Err(MlmError::ShapeMismatch {
+                what: "masked targets",
+                expected: format!("[n_masked = {}], one per masked position", positions.len()),
+                actual: vec![targets.len()],
+            });
+        }
+        if let Some(&position) = positions
+            .iter()
+            .find(|&&p| p < 0 || p as u64 >= n_rows as u64)
+        {
+            return Err(MlmError::PositionOutOfRange { position, n_rows });
+        }
+        if let Some((position, &label)) = targets
+            .iter()
+            .enumerate()
+            .find(|&(_, &t)| t < 0 || t as u64 >= vocab_size as u64)
+        {
+            return Err(MlmError::LabelOutOfRange {
+                position,
+                label,
+                vocab_size,
+            });
+        }
+        let upload = |values: &[i64]| {
+            Tensor::from_data(TensorData::new(values.to_vec(), [values.len()]), device)
+        };
+        Ok(Self {
+            positions: upload(positions),
+            targets: upload(targets),
+            n_rows,
+            vocab_size,
+        })
+    }
+
+    /// The flat positions `b * seq + s`, `[n_masked]`, each in `[0, n_rows)`.
+    pub fn positions(&self) -> &Tensor<B, 1, Int> {
+        &self.positions
+    }
+
+    /// The true token at each position, `[n_masked]`, each in `[0, vocab_size)`.
+    pub fn targets(&self) -> &Tensor<B, 1, Int> {
+        &self.targets
+    }
+
+    /// Number of masked positions, `n_masked`.
+    pub fn len(&self) -> usize {
+        self.positions.dims()[0]
+    }
+
+    /// Whether nothing is masked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of rows the positions index into, `batch * seq`.
+    pub fn n_rows(&self) -> usize {
+        self.n_rows
+    }
+
+    /// The vocabulary the targets were checked against.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::NdArray;
+
+    type T = MaskedTargets<NdArray>;
+
+    #[test]
+    fn each_out_of_range_entry_is_refused_by_name() {
+        let device = Default::default();
+        assert_eq!(
+            T::new(&[0, 6], &[1, 2], 6, 10, &device).unwrap_err(),
+            MlmError::PositionOutOfRange {
+                position: 6,
+                n_rows: 6
+            }
+        );
+        assert_eq!(
+            T::new(&[-1], &[1], 6, 10, &device).unwrap_err(),
+            MlmError::PositionOutOfRange {
+                position: -1,
+                n_rows: 6
+            }
+        );
+        assert_eq!(
+            T::new(&[0, 5], &[9, 10], 6, 10, &device).unwrap_err(),
+            MlmError::LabelOutOfRange {
+                position: 1,
+                label: 10,
+                vocab_size: 10
+            }
+        );
+        assert!(matches!(
+            T::new(&[0, 5], &[9], 6, 10, &device).unwrap_err(),
+            MlmError::ShapeMismatch { .. }
+        ));
+        let ok = T::new(&[5, 0], &[9, 0], 6, 10, &device).unwrap();
+        assert_eq!((ok.len(), ok.n_rows(), ok.vocab_size()), (2, 6, 10));
+        let positions: Vec<i64> = ok.positions().to_data().convert::<i64>().to_vec().unwrap();
+        assert_eq!(positions, [5, 0]);
+        assert!(T::new(&[], &[], 0, 10, &device).unwrap().is_empty());
+    }
+}
