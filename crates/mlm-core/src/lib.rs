@@ -6,9 +6,9 @@
 //! ```text
 //! token ids ──corrupt 80/10/10──▶ input ids + labels                       masking::Masker
 //! input ids ──your encoder──▶ hidden states h [batch, seq, d_model]
-//! h ──gather masked rows──▶ h_M [n_masked, d_model]                        MlmHead::forward_masked
+//! h ──gather masked rows──▶ h_M [n_masked, d_model]                        MlmHead::forward_targets
 //! h_M ──transform (dense→GELU→LayerNorm)──▶ ──decoder z = W h + b──▶ logits [n_masked, vocab]
-//! logits ──log-softmax──▶ ──pick true token──▶ ──negate──▶ ──mean over M──▶ loss   masked_cross_entropy
+//! logits ──log-softmax──▶ ──pick true token──▶ ──negate──▶ ──mean over M──▶ loss   MaskedCrossEntropy::forward_targets
 //! ```
 //!
 //! - [`MaskingConfig`] / [`Masker`]: select ~15 % of the tokens; 80 % become `[MASK]`,

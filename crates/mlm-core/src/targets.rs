@@ -40,7 +40,7 @@ impl<B: Backend> MaskedTargets<B> {
     /// # Errors
     /// [`MlmError::ShapeMismatch`] if the two lengths differ; [`MlmError::PositionOutOfRange`]
     /// for a position outside `[0, n_rows)`; [`MlmError::LabelOutOfRange`] for a target
-    /// outside `[0, vocab_size)` (its `position` is the index `i`).
+    /// outside `[0, vocab_size)`, naming its flat position.
     pub fn new(
         positions: &[i64],
         targets: &[i64],
@@ -61,13 +61,13 @@ impl<B: Backend> MaskedTargets<B> {
         {
             return Err(MlmError::PositionOutOfRange { position, n_rows });
         }
-        if let Some((position, &label)) = targets
+        if let Some((&position, &label)) = positions
             .iter()
-            .enumerate()
+            .zip(targets)
             .find(|&(_, &t)| t < 0 || t as u64 >= vocab_size as u64)
         {
             return Err(MlmError::LabelOutOfRange {
-                position,
+                position: position as usize,
                 label,
                 vocab_size,
             });
@@ -141,7 +141,7 @@ mod tests {
         assert_eq!(
             T::new(&[0, 5], &[9, 10], 6, 10, &device).unwrap_err(),
             MlmError::LabelOutOfRange {
-                position: 1,
+                position: 5,
                 label: 10,
                 vocab_size: 10
             }

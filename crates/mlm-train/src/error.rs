@@ -129,7 +129,8 @@ pub enum TrainError {
     NonFinite {
         /// The optimizer step.
         step: usize,
-        /// What was not finite: `"loss"` or `"gradient norm"`.
+        /// What was not finite: `"loss"`, `"gradient norm"` or, checked before a checkpoint,
+        /// `"weights"`.
         quantity: &'static str,
         /// The offending value.
         value: f64,

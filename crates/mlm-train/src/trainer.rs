@@ -15,11 +15,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use burn::module::AutodiffModule;
+use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{AdamW, GradientsParams, Optimizer};
-use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{ElementConversion, Tensor};
 use mlm_core::{MaskedBatch, MaskedCrossEntropy, Masker};
 
 use crate::checkpoint::{self, RunState};
@@ -421,11 +421,20 @@ impl<B: AutodiffBackend> Trainer<B> {
     ///
     /// # Errors
     /// [`TrainError::NonFinite`] (nothing is written) if a step since the last
-    /// [`take_metrics`](Self::take_metrics) had a non-finite loss or gradient norm;
+    /// [`take_metrics`](Self::take_metrics) had a non-finite loss or gradient norm, or a
+    /// weight is not finite (an update can overflow from a finite gradient);
     /// [`TrainError::Io`] / [`TrainError::Checkpoint`] naming the file.
     pub fn checkpoint(&self, run_dir: &Path) -> Result<PathBuf, TrainError> {
         // No non-finite weight reaches a checkpoint.
         self.pending_metrics()?;
+        let check = non_finite_weights(&self.model);
+        if check != 0.0 {
+            return Err(TrainError::NonFinite {
+                step: self.state.step,
+                quantity: "weights",
+                value: check,
+            });
+        }
         checkpoint::save(run_dir, &self.model, &self.optimizer, &self.state)
     }
 
@@ -491,4 +500,23 @@ impl Segment {
             tokens_per_second: (state.tokens_seen - self.tokens_before) as f64 / seconds.max(1e-9),
         }
     }
+}
+
+/// `Σ (w − w)` over every weight of `model`, read back once: exactly 0 when every weight is
+/// finite, NaN otherwise (`inf − inf` and anything with NaN are NaN).
+fn non_finite_weights<B: AutodiffBackend>(model: &BertForMaskedLm<B>) -> f64 {
+    struct Check<B: Backend>(Option<Tensor<B, 1>>);
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Check<B::InnerBackend> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            let weights = param.val().inner();
+            let zero = (weights.clone() - weights).sum();
+            self.0 = Some(match self.0.take() {
+                Some(sum) => sum + zero,
+                None => zero,
+            });
+        }
+    }
+    let mut check = Check::<B::InnerBackend>(None);
+    model.visit(&mut check);
+    check.0.map_or(0.0, |sum| sum.into_scalar().elem::<f64>())
 }

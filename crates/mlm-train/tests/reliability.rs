@@ -650,6 +650,32 @@ fn a_non_finite_step_stops_the_run_naming_the_step_and_keeps_the_last_good_check
 }
 
 #[test]
+fn an_update_that_overflows_the_weights_is_never_checkpointed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    // 1e39 is finite in f64 (the configuration) but not in f32: the first update makes the
+    // weights non-finite while that step's loss and gradient norm are finite.
+    let config = micro_config()
+        .with_learning_rate(1e39)
+        .with_warmup_steps(0)
+        .with_checkpoint_every(1);
+    let err = train::<B>(config, &run, &Default::default(), "ndarray").unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TrainError::NonFinite {
+                step: 1,
+                quantity: "weights",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // Failing before the first checkpoint leaves no half-made run behind.
+    assert!(!run.exists());
+}
+
+#[test]
 fn two_thousand_steps_of_the_micro_config_stay_finite() {
     let tmp = tempfile::tempdir().unwrap();
     let started = Instant::now();
