@@ -12,6 +12,7 @@ use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor};
 
+use crate::targets::check_positions;
 use crate::{MaskedTargets, MlmError};
 
 /// GELU in its exact (erf) form, `x · Φ(x) = x/2 · (1 + erf(x/√2))`, as BERT and
@@ -239,18 +240,12 @@ impl<B: Backend> MlmHead<B> {
         tied: Option<Tensor<B, 2>>,
     ) -> Result<Tensor<B, 2>, MlmError> {
         let [batch, seq, _] = hidden.dims();
-        let n_rows = batch * seq;
         let host_positions = positions
             .to_data()
             .convert::<i64>()
             .into_vec::<i64>()
             .expect("an Int tensor converts to i64");
-        if let Some(&position) = host_positions
-            .iter()
-            .find(|&&p| p < 0 || p as u64 >= n_rows as u64)
-        {
-            return Err(MlmError::PositionOutOfRange { position, n_rows });
-        }
+        check_positions(&host_positions, batch * seq)?;
         self.gathered(hidden, positions, tied)
     }
 

@@ -55,12 +55,7 @@ impl<B: Backend> MaskedTargets<B> {
                 actual: vec![targets.len()],
             });
         }
-        if let Some(&position) = positions
-            .iter()
-            .find(|&&p| p < 0 || p as u64 >= n_rows as u64)
-        {
-            return Err(MlmError::PositionOutOfRange { position, n_rows });
-        }
+        check_positions(positions, n_rows)?;
         if let Some((&position, &label)) = positions
             .iter()
             .zip(targets)
@@ -111,6 +106,20 @@ impl<B: Backend> MaskedTargets<B> {
     /// The vocabulary the targets were checked against.
     pub fn vocab_size(&self) -> usize {
         self.vocab_size
+    }
+}
+
+/// Checks that every flat position is a row of the `n_rows = batch * seq` hidden states.
+///
+/// # Errors
+/// [`MlmError::PositionOutOfRange`] naming the first that is not.
+pub(crate) fn check_positions(positions: &[i64], n_rows: usize) -> Result<(), MlmError> {
+    match positions
+        .iter()
+        .find(|&&p| p < 0 || p as u64 >= n_rows as u64)
+    {
+        Some(&position) => Err(MlmError::PositionOutOfRange { position, n_rows }),
+        None => Ok(()),
     }
 }
 

@@ -34,6 +34,10 @@ impl std::fmt::Display for Masking {
     }
 }
 
+/// [`TrainConfig::log_every`] unless set; also what a run made before the setting existed
+/// resumes with.
+pub const DEFAULT_LOG_EVERY: usize = 10;
+
 /// Everything that defines a run; saved as `config.json` in the run directory.
 #[derive(Config, Debug)]
 pub struct TrainConfig {
@@ -115,7 +119,7 @@ pub struct TrainConfig {
     /// many steps (and before each validation and checkpoint): a step itself waits on no
     /// read-back. `metrics.csv` still gets a row per step; a non-finite step is found at the
     /// next read ([`TrainError::NonFinite`]).
-    #[config(default = 10)]
+    #[config(default = "DEFAULT_LOG_EVERY")]
     pub log_every: usize,
     /// Checkpoint every this many steps (and at the end).
     #[config(default = 200)]

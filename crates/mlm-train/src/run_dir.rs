@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use burn::tensor::backend::Backend;
 
 use crate::checkpoint::{self, RunState};
-use crate::config::{Masking, TrainConfig};
+use crate::config::{DEFAULT_LOG_EVERY, Masking, TrainConfig};
 use crate::data::WordPieceTokenizer;
 use crate::error::{TrainError, io, read_json, write_json};
 use crate::model::BertForMaskedLm;
@@ -65,7 +65,9 @@ impl RunDir {
         }
         if let Some(config) = value.as_object_mut() {
             config.entry("world_size").or_insert(1.into());
-            config.entry("log_every").or_insert(10.into());
+            config
+                .entry("log_every")
+                .or_insert(DEFAULT_LOG_EVERY.into());
             config
                 .entry("masking")
                 .or_insert(Masking::Token.to_string().into());

@@ -360,10 +360,9 @@ impl<B: AutodiffBackend> Session<'_, B> {
             // The summary's evaluation is of the last step's weights.
             final_eval = None;
             if evaluate {
-                if let Some(latest) = latest {
-                    let tokens_per_second = latest.out.tokens_per_second;
-                    self.progress
-                        .log(step, out.elapsed_seconds, latest.loss, tokens_per_second);
+                if let Some(StepMetrics { out, loss, .. }) = latest {
+                    let (elapsed, tokens_per_second) = (out.elapsed_seconds, out.tokens_per_second);
+                    self.progress.log(step, elapsed, loss, tokens_per_second);
                 }
                 let eval = self.trainer.validate(self.held_out, self.tokenizer)?;
                 self.log(out.row("valid", eval.loss, eval.accuracy))?;
