@@ -72,7 +72,9 @@ pub struct TrainConfig {
     pub parallel_shards: usize,
     /// Processes of a data-parallel run (torchrun's world size), each training `batch_size`
     /// sequences of every global batch of `world_size × batch_size`
-    /// ([`crate::distributed`]). Part of the run's definition, like `parallel_shards`.
+    /// ([`crate::distributed`]). Part of the run's definition, like `parallel_shards`; the
+    /// binary takes it from the MPI launcher (`mpirun -np N`), and a resume must be started
+    /// as as many processes.
     #[config(default = 1)]
     pub world_size: usize,
     /// Peak learning rate.

@@ -180,8 +180,8 @@ struct TrainArgs {
     run: PathBuf,
     /// Continue the run in DIR from its newest checkpoint. Its saved configuration applies:
     /// of the flags below only --max-steps (a run by step count), --time-budget (a run by the
-    /// clock) and --backend may be given, and for a data-parallel run --rank, --coordinator,
-    /// --data-service-port and --collective-timeout (its world size is the run's).
+    /// clock), --backend and --collective-timeout may be given (a data-parallel run is
+    /// resumed by as many processes as trained it).
     #[arg(long, value_name = "DIR", conflicts_with = "run")]
     resume: Option<PathBuf>,
     /// Backend.
@@ -210,24 +210,8 @@ struct TrainArgs {
     /// Threads (shards) over which each rank splits its micro-batch.
     #[arg(long, conflicts_with = "resume")]
     parallel_shards: Option<usize>,
-    /// Processes of a data-parallel run (torchrun's WORLD_SIZE); start one per rank, each
-    /// with --rank and the same --coordinator.
-    #[arg(long, conflicts_with = "resume", requires = "coordinator")]
-    world_size: Option<usize>,
-    /// This process's rank in 0..world size; rank 0 runs the coordinator and writes the run
-    /// (the other ranks write nothing).
-    #[arg(long, default_value_t = 0, requires = "coordinator")]
-    rank: usize,
-    /// HOST:PORT of rank 0's coordinator, the same for every rank (e.g. 127.0.0.1:29500).
-    #[arg(long)]
-    coordinator: Option<String>,
-    /// Port of this rank's data service, which the other ranks download its gradients
-    /// from [default: coordinator port + 1 + rank; two jobs on one machine need coordinator
-    /// ports more than their world size apart].
-    #[arg(long, requires = "coordinator")]
-    data_service_port: Option<u16>,
-    /// Seconds a rank waits for the others in one collective call before it exits with
-    /// status 124 (a rank died, hangs or never started).
+    /// Under an MPI launcher (`mpirun -np N mlm-train train …`): seconds a rank waits for
+    /// the others in one collective call before it exits with status 124 (a rank hangs).
     #[arg(long, value_name = "SECONDS", default_value_t = 300)]
     collective_timeout: u64,
     /// Micro-batches per optimizer step.
@@ -307,7 +291,7 @@ macro_rules! config_flags {
 
 config_flags!(
     max_steps => max_steps, batch_size => batch_size,
-    parallel_shards => parallel_shards, world_size => world_size,
+    parallel_shards => parallel_shards,
     grad_accumulation => grad_accumulation, learning_rate => learning_rate,
     warmup_steps => warmup_steps, max_seq_len => max_seq_len, vocab_size => vocab_size,
     hidden_size => model.hidden_size, layers => model.num_hidden_layers,
@@ -320,16 +304,6 @@ config_flags!(
 );
 
 impl TrainArgs {
-    /// This process's part in a data-parallel run, if `--coordinator` is given.
-    fn group(&self) -> Option<ProcessGroup> {
-        self.coordinator.as_ref().map(|coordinator| ProcessGroup {
-            rank: self.rank,
-            coordinator: coordinator.clone(),
-            data_service_port: self.data_service_port,
-            timeout: Duration::from_secs(self.collective_timeout),
-        })
-    }
-
     /// The configuration: defaults, then `--config`, then each flag given.
     fn config(&self) -> Result<TrainConfig, TrainError> {
         let defaults = TrainConfig::new(DEFAULT_CORPUS.into());
@@ -355,12 +329,12 @@ impl TrainArgs {
     }
 }
 
-fn run(cli: Cli) -> Result<ExitCode, TrainError> {
+fn run(cli: Cli) -> Result<u8, TrainError> {
     match cli.command {
         Command::FetchCorpus { corpus } => {
             fetch_corpus(&corpus)?;
             println!("corpus ready in {}", corpus.display());
-            Ok(ExitCode::SUCCESS)
+            Ok(0)
         }
         Command::Train(args) => train_command(&args),
         Command::Bench(BenchCommand::Backends(args)) => {
@@ -374,7 +348,7 @@ fn run(cli: Cli) -> Result<ExitCode, TrainError> {
             println!("{}", markdown_table(&config, &rows));
             save_rows(&args.json, &rows)?;
             println!("rows written to {}", args.json.display());
-            Ok(ExitCode::SUCCESS)
+            Ok(0)
         }
         Command::Predict {
             run,
@@ -389,7 +363,7 @@ fn run(cli: Cli) -> Result<ExitCode, TrainError> {
                     println!("  {token:<16} {p:.4}");
                 }
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(0)
         }),
         Command::Eval {
             run,
@@ -413,7 +387,7 @@ fn run(cli: Cli) -> Result<ExitCode, TrainError> {
                 "{split} {}",
                 loss_by_input(eval.mask_loss, eval.random_loss, eval.unchanged_loss)
             );
-            Ok(ExitCode::SUCCESS)
+            Ok(0)
         }),
         Command::ImportHf {
             dir,
@@ -433,21 +407,38 @@ fn run(cli: Cli) -> Result<ExitCode, TrainError> {
                 m.num_parameters(),
                 out.display()
             );
-            Ok(ExitCode::SUCCESS)
+            Ok(0)
         }),
         Command::ExportHf { run, out, backend } => with_backend!(backend, |B, device| {
             export_run::<B>(&run, &out, &device)?;
             println!("exported {} to {}", run.display(), out.display());
-            Ok(ExitCode::SUCCESS)
+            Ok(0)
         }),
     }
 }
 
-/// `train`: a new run or a resume, alone or as one rank of a data-parallel run.
-fn train_command(args: &TrainArgs) -> Result<ExitCode, TrainError> {
+/// `train`: a new run or a resume, alone or as one rank of a data-parallel run that an MPI
+/// launcher started. A rank reports its own result before it leaves the job
+/// ([`ProcessGroup::finish`]).
+fn train_command(args: &TrainArgs) -> Result<u8, TrainError> {
+    let group = ProcessGroup::from_launcher(Duration::from_secs(args.collective_timeout))?;
+    let result = train_as(args, group.as_ref());
+    let Some(group) = group else {
+        return result;
+    };
+    // A run's end (a stop by signal included) and a spent budget are the same on every rank.
+    let alike = matches!(result, Ok(_) | Err(TrainError::BudgetSpent { .. }));
+    let status = exit_status(result);
+    group.finish(alike, status);
+    Ok(status)
+}
+
+/// [`train_command`] as `group`'s rank, or as a process of its own.
+fn train_as(args: &TrainArgs, group: Option<&ProcessGroup>) -> Result<u8, TrainError> {
     mlm_train::stop::install_handlers()?;
+    let rank = group.map_or(0, |group| group.rank);
     let summary = with_backend!(args.backend, |B, device| {
-        let (group, backend) = (args.group(), args.backend.name());
+        let backend = args.backend.name();
         match &args.resume {
             Some(dir) => resume_with::<B>(
                 dir,
@@ -455,21 +446,22 @@ fn train_command(args: &TrainArgs) -> Result<ExitCode, TrainError> {
                 args.time_budget,
                 &device,
                 backend,
-                group.as_ref(),
+                group,
             ),
             None => {
-                let config = args.config()?;
+                let mut config = args.config()?;
+                config.world_size = group.map_or(1, |group| group.world_size);
                 // Rank 0 alone fetches: ranks on one machine would share the staging folder.
-                if config.corpus == Path::new(DEFAULT_CORPUS) && args.rank == 0 {
+                if config.corpus == Path::new(DEFAULT_CORPUS) && rank == 0 {
                     fetch_corpus(&config.corpus)?;
                 }
-                train_with::<B>(config, &args.run, &device, backend, group.as_ref())
+                train_with::<B>(config, &args.run, &device, backend, group)
             }
         }
     })?;
     let run = args.resume.as_ref().unwrap_or(&args.run);
-    print_result(&summary, run, args.rank);
-    Ok(stop_status(&summary, run, args.coordinator.is_some()))
+    print_result(&summary, run, rank);
+    Ok(stop_status(&summary, run))
 }
 
 /// What a finished (or stopped) run prints: the held-out result against its baselines.
@@ -529,19 +521,14 @@ fn print_result(summary: &Summary, run: &Path, rank: usize) {
 
 /// Success, or 128 + the number of the signal that stopped the run early (after its
 /// checkpoint), with a line saying how to continue.
-fn stop_status(summary: &Summary, run: &Path, ranked: bool) -> ExitCode {
+fn stop_status(summary: &Summary, run: &Path) -> u8 {
     // On every rank of a data-parallel run, whichever rank got the signal.
     let Some(signal) = summary
         .stopped_by
         .as_deref()
         .and_then(StopSignal::from_name)
     else {
-        return ExitCode::SUCCESS;
-    };
-    let ranks = if ranked {
-        " --rank R --coordinator HOST:PORT` on every rank"
-    } else {
-        "`"
+        return 0;
     };
     let of = match summary.time_budget_seconds {
         Some(budget) => format!(
@@ -551,14 +538,18 @@ fn stop_status(summary: &Summary, run: &Path, ranked: bool) -> ExitCode {
         ),
         None => format!("of {}", summary.max_steps),
     };
+    let launcher = match summary.world_size {
+        1 => String::new(),
+        n => format!("mpirun -np {n} "),
+    };
     eprintln!(
-        "stopped by {} at step {} {of}, checkpoint saved: continue with `mlm-train train \
-         --resume {}{ranks}",
+        "stopped by {} at step {} {of}, checkpoint saved: continue with `{launcher}mlm-train \
+         train --resume {}`",
         signal.name(),
         summary.steps,
         run.display()
     );
-    ExitCode::from(signal.exit_status())
+    signal.exit_status()
 }
 
 /// The held-out loss split by what the input showed at the graded positions ("n/a" where
@@ -604,19 +595,24 @@ fn main() -> ExitCode {
     // SAFETY: sets a process-wide option before any thread starts; -1 is a valid value.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
     let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
-    match run(cli) {
-        Ok(code) => code,
+    ExitCode::from(exit_status(run(cli)))
+}
+
+/// The exit status of a command's result, its error printed as one line.
+fn exit_status(result: Result<u8, TrainError>) -> u8 {
+    match result {
+        Ok(status) => status,
         // A complete run by the clock: nothing to do is no failure (a job that resumes its
         // run until it is done stops here).
         Err(e @ TrainError::BudgetSpent { .. }) => {
             eprintln!("{e}");
-            ExitCode::SUCCESS
+            0
         }
         Err(e) => {
             eprintln!("error: {e}");
             match e {
-                TrainError::Stopped { exit_status, .. } => ExitCode::from(exit_status),
-                _ => ExitCode::FAILURE,
+                TrainError::Stopped { exit_status, .. } => exit_status,
+                _ => 1,
             }
         }
     }

@@ -49,8 +49,8 @@ pub fn train<B: AutodiffBackend>(
 /// `run_dir` (the other ranks write nothing).
 ///
 /// # Errors
-/// As [`train`]; [`TrainError::Config`] for a `world_size` above 1 without a `group` or a
-/// bad `group`; [`TrainError::Collective`] if the ranks cannot sum or disagree.
+/// As [`train`]; [`TrainError::Config`] for a `config.world_size` other than the group's
+/// (1 without a group); [`TrainError::Collective`] if the ranks disagree.
 pub fn train_with<B: AutodiffBackend>(
     mut config: TrainConfig,
     run_dir: &Path,
@@ -147,20 +147,22 @@ fn writes_run(group: Option<&ProcessGroup>) -> bool {
     group.is_none_or(|group| group.rank == 0)
 }
 
-/// A data-parallel run needs its process group, and a single process none.
+/// The run's world size is the number of processes the launcher started: a new run takes
+/// it from its group ([`ProcessGroup::world_size`]), a resumed one must be started as
+/// many times as it was.
 fn check_group(config: &TrainConfig, group: Option<&ProcessGroup>) -> Result<(), TrainError> {
-    match group {
-        Some(_) if config.world_size == 1 => Err(TrainError::Config(
-            "--coordinator is for a data-parallel run: give its --world-size N (N >= 2)".into(),
-        )),
-        Some(group) => group.validate(config.world_size),
-        None if config.world_size > 1 => Err(TrainError::Config(format!(
-            "world_size = {} needs every process's rank and rank 0's coordinator \
-             (--rank R --coordinator HOST:PORT)",
-            config.world_size
-        ))),
-        None => Ok(()),
+    let started = group.map_or(1, |group| group.world_size);
+    if config.world_size == started {
+        return Ok(());
     }
+    let how = match config.world_size {
+        1 => "as one process, without a launcher".to_string(),
+        n => format!("as {n} processes: `mpirun -np {n} mlm-train train …`"),
+    };
+    Err(TrainError::Config(format!(
+        "world_size = {}, but {started} process(es) started: run it {how}",
+        config.world_size
+    )))
 }
 
 fn prepare_data(
@@ -231,8 +233,8 @@ fn run<B: AutodiffBackend>(
     let done = trainer.state().step;
     if let Some(group) = group {
         let facts = start_facts(config, &tokenizer, sequences.len(), done)?;
-        let sync = group.join::<B>(config.world_size, &facts, device)?;
-        trainer = trainer.with_ranks(group.rank(config.world_size), sync);
+        let sync = group.join::<B>(&facts)?;
+        trainer = trainer.with_ranks(group.rank(), sync);
     }
     let mut session = Session {
         metrics: dir.map(|dir| MetricsLog::open(&dir.0, done)).transpose()?,
@@ -268,7 +270,7 @@ fn run<B: AutodiffBackend>(
 /// What every rank of a data-parallel run must share before its first step: the step, the
 /// number of training sequences, and hashes of the settings (`config.json` less the paths,
 /// which may differ between machines) and of the vocabulary. Each hash goes as four 16-bit
-/// pieces, exact as f32 (`CollectiveSum::check_agreement`).
+/// pieces (`MpiSum::check_agreement`).
 fn start_facts(
     config: &TrainConfig,
     tokenizer: &WordPieceTokenizer,

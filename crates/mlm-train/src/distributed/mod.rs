@@ -1,29 +1,29 @@
-//! Data parallelism across processes on Burn's own collective (`burn-collective` 0.21):
-//! every rank computes the gradients of its share of the global batch, and one all-reduce
-//! per step sums them, so that every rank applies the same update to the same weights.
+//! Data parallelism across processes on MPI (the `mpi` feature: rsmpi over the system's
+//! Open MPI): every rank computes the gradients of its share of the global batch, and one
+//! `MPI_Allreduce` (sum) per step adds them up, so that every rank applies the same update
+//! to the same weights.
 //!
-//! The words are torchrun's: `world_size` processes, each with a `rank`; rank 0 runs the
-//! coordinator (burn-collective's global orchestrator, which only pairs the ranks up) and
-//! writes the run. Tensors travel peer to peer between the ranks' data services.
+//! The launcher (`mpirun -np N`, or Slurm's `srun`) starts the processes; each learns its
+//! `rank` and the `world_size` from MPI (torchrun's words). Rank 0 alone writes the run.
 //!
-//! Three facts of burn-collective 0.21 shape this module (README, "Scale out"):
-//! - its end-of-operation barrier never resets, so every global all-reduce after the first
-//!   hangs: the workspace patches that one file (`patches/burn-collective-0.21.0`);
-//! - `GradientsParams::all_reduce` makes one call per parameter *in `ParamId` order*, and
-//!   parameter ids are drawn at random per process, so ranks would add up different
-//!   parameters. We flatten the gradients in module order instead and make **one** call per
-//!   step, which also sidesteps the transfer-id reuse of tracel-ai/burn #4549;
-//! - nothing in it times out: a rank that is alive but silent, or never connects, blocks
-//!   the others forever. A watchdog bounds every call ([`ProcessGroup::timeout`]).
+//! Two facts shape this module (README, "Scale out"):
+//! - parameter ids are drawn at random in each process, so gradients are matched by their
+//!   place in the module, never by id: they are flattened in module order, and the whole
+//!   step (every gradient, the loss sum, the correct count, the stop requests and rank 0's
+//!   clock) is **one** all-reduce;
+//! - MPI has no timeout. A rank that dies is the launcher's business (`mpirun` ends the job
+//!   when one of its processes exits abnormally), but one that is alive and silent would
+//!   block the others forever: a watchdog bounds every call ([`ProcessGroup::timeout`]).
 
-#[cfg(feature = "collective")]
+#[cfg(feature = "mpi")]
 mod engine;
+#[cfg(feature = "mpi")]
+mod watchdog;
 
-use std::net::{ToSocketAddrs, UdpSocket};
 use std::time::Duration;
 
-#[cfg(feature = "collective")]
-pub use engine::CollectiveSum;
+#[cfg(feature = "mpi")]
+pub use engine::MpiSum;
 
 use crate::error::TrainError;
 use crate::trainer::Rank;
@@ -32,91 +32,130 @@ use crate::trainer::Rank;
 /// convention of `timeout(1)`.
 pub const TIMED_OUT: u8 = 124;
 
-/// How this process joins a data-parallel run; the number of processes is the run's
-/// [`TrainConfig::world_size`](crate::config::TrainConfig::world_size).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The environment variables in which launchers announce the number of processes they
+/// started: Open MPI's `mpirun`, MPICH's Hydra (and Slurm's PMI-2), Slurm's `srun`.
+pub const LAUNCHER_WORLD_SIZE: [&str; 3] =
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"];
+
+/// This process's part in a data-parallel run that an MPI launcher started.
 pub struct ProcessGroup {
-    /// This process, `0..world_size`; rank 0 runs the coordinator and writes the run.
+    /// This process, `0..world_size` (MPI's rank in `MPI_COMM_WORLD`); rank 0 writes the run.
     pub rank: usize,
-    /// `HOST:PORT` where rank 0 runs the coordinator and every other rank reaches it.
-    pub coordinator: String,
-    /// The port of this rank's data service (tensor transfers); by default the
-    /// coordinator's port + 1 + rank, distinct for every rank of one machine.
-    pub data_service_port: Option<u16>,
-    /// How long a rank waits in one collective call (joining, or a step's all-reduce)
-    /// before it gives up with [`TIMED_OUT`]: the bound on the wait for a rank that died
-    /// silently, hangs, or never started.
+    /// Processes of the run (`MPI_COMM_WORLD`'s size), at least 2.
+    pub world_size: usize,
+    /// How long a rank waits in one collective call (the start-up check, or a step's
+    /// all-reduce) before it gives up with [`TIMED_OUT`]: the bound on the wait for a rank
+    /// that hangs.
     pub timeout: Duration,
+    #[cfg(feature = "mpi")]
+    universe: mpi::environment::Universe,
+}
+
+/// The world size a launcher announced in the environment (`var` reads a variable), if
+/// any: the first of [`LAUNCHER_WORLD_SIZE`] that holds a number.
+pub fn launcher_world_size(var: impl Fn(&str) -> Option<String>) -> Option<usize> {
+    LAUNCHER_WORLD_SIZE
+        .iter()
+        .find_map(|name| var(name)?.trim().parse().ok())
 }
 
 impl ProcessGroup {
-    /// This process's place in a run of `world_size` processes.
-    pub fn rank(&self, world_size: usize) -> Rank {
+    /// Joins the run that the launcher started, if this process was started by one for a
+    /// run of 2 or more processes; `None` for a process of its own (or a world of 1).
+    ///
+    /// # Errors
+    /// [`TrainError::Config`] for a zero `timeout`, and, in a build without the `mpi`
+    /// feature, for a launcher's world of 2 or more (naming the variable and the feature).
+    pub fn from_launcher(timeout: Duration) -> Result<Option<Self>, TrainError> {
+        let Some(size) = launcher_world_size(|name| std::env::var(name).ok()) else {
+            return Ok(None);
+        };
+        if timeout.is_zero() {
+            return Err(TrainError::Config(
+                "the collective timeout must be at least 1 s".into(),
+            ));
+        }
+        Self::init(size, timeout)
+    }
+
+    #[cfg(not(feature = "mpi"))]
+    fn init(size: usize, _timeout: Duration) -> Result<Option<Self>, TrainError> {
+        if size < 2 {
+            return Ok(None);
+        }
+        Err(TrainError::Config(format!(
+            "started by an MPI launcher as one of {size} processes, but this mlm-train was \
+             built without the `mpi` feature: build it with `cargo build --release -p \
+             mlm-train --features mpi`"
+        )))
+    }
+
+    #[cfg(feature = "mpi")]
+    fn init(_size: usize, timeout: Duration) -> Result<Option<Self>, TrainError> {
+        use mpi::traits::Communicator;
+        // Only the main thread calls MPI; the shard threads and the watchdog never do.
+        let (universe, _) = mpi::initialize_with_threading(mpi::Threading::Funneled)
+            .ok_or_else(|| TrainError::Collective("MPI was initialised twice".into()))?;
+        let world = universe.world();
+        let (rank, world_size) = (world.rank() as usize, world.size() as usize);
+        Ok((world_size > 1).then_some(Self {
+            rank,
+            world_size,
+            timeout,
+            universe,
+        }))
+    }
+
+    /// This process's place in the run.
+    pub fn rank(&self) -> Rank {
         Rank {
             rank: self.rank,
-            world_size,
+            world_size: self.world_size,
         }
     }
 
-    /// Checks the settings before anything is prepared.
-    ///
-    /// # Errors
-    /// [`TrainError::Config`] for a world size below 2, a rank outside `0..world_size`, a
-    /// coordinator that is not `HOST:PORT`, or a zero timeout.
-    pub fn validate(&self, world_size: usize) -> Result<(), TrainError> {
-        let bad = |message: String| Err(TrainError::Config(message));
-        if world_size < 2 || self.rank >= world_size {
-            return bad(format!(
-                "rank {} of world size {world_size}: a data-parallel run needs world size >= 2 \
-                 and a rank in 0..world size",
-                self.rank
-            ));
-        }
-        if self.coordinator_port().is_none() {
-            return bad(format!(
-                "coordinator `{}` is not HOST:PORT (e.g. 127.0.0.1:29500)",
-                self.coordinator
-            ));
-        }
-        if self.timeout.is_zero() {
-            return bad("the collective timeout must be at least 1 s".into());
-        }
-        Ok(())
-    }
-
-    /// Without the `collective` feature there is nothing to join.
-    ///
-    /// # Errors
-    /// Always [`TrainError::Config`].
-    #[cfg(not(feature = "collective"))]
-    pub fn join<B: burn::tensor::backend::AutodiffBackend>(
-        &self,
-        _world_size: usize,
-        _facts: &[(&str, f64)],
-        _device: &B::Device,
-    ) -> Result<Box<dyn crate::trainer::GradientSync<B>>, TrainError> {
-        Err(TrainError::Config(
-            "this mlm-train was built without the `collective` feature: no --world-size".into(),
-        ))
-    }
-
-    fn coordinator_port(&self) -> Option<u16> {
-        let (host, port) = self.coordinator.rsplit_once(':')?;
-        port.parse().ok().filter(|_| !host.is_empty())
-    }
-
-    /// The address at which the other ranks reach this one: loopback when the coordinator
-    /// is on this machine, else the local address of the route to the coordinator.
-    fn reachable_host(&self) -> String {
-        let route = || -> Option<String> {
-            let target = self.coordinator.to_socket_addrs().ok()?.next()?;
-            if target.ip().is_loopback() {
-                return Some(target.ip().to_string());
+    /// Ends this process's part in the run. After a run that ended alike on every rank
+    /// (`ok`: its end, a stop by signal included), it waits for every rank (so that no rank's exit ends the job while rank 0
+    /// still writes the run) and finalises MPI. After an error, which the other ranks may
+    /// not share, it aborts the job: `MPI_Abort` ends every rank, and the launcher reports
+    /// it after this rank's error line.
+    pub fn finish(self, ok: bool, exit_status: u8) {
+        #[cfg(feature = "mpi")]
+        {
+            use mpi::traits::{Communicator, CommunicatorCollectives};
+            let world = self.universe.world();
+            if !ok {
+                world.abort(i32::from(exit_status));
             }
-            let socket = UdpSocket::bind(("0.0.0.0", 0)).ok()?;
-            socket.connect(target).ok()?;
-            Some(socket.local_addr().ok()?.ip().to_string())
+            world.barrier();
+        }
+        let _ = (ok, exit_status);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_launchers_world_size_comes_from_the_first_variable_that_holds_a_number() {
+        let env = |pairs: &'static [(&str, &str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| v.to_string())
+            }
         };
-        route().unwrap_or_else(|| "127.0.0.1".into())
+        assert_eq!(launcher_world_size(env(&[])), None);
+        assert_eq!(
+            launcher_world_size(env(&[("OMPI_COMM_WORLD_SIZE", "4")])),
+            Some(4)
+        );
+        assert_eq!(
+            launcher_world_size(env(&[("SLURM_STEP_NUM_TASKS", "8"), ("PMI_SIZE", "x")])),
+            Some(8)
+        );
+        assert_eq!(launcher_world_size(env(&[("PMI_SIZE", " 2\n")])), Some(2));
     }
 }

@@ -1,4 +1,0 @@
-pub(crate) mod base;
-pub(crate) mod state;
-
-pub use base::start_global_orchestrator;
