@@ -106,6 +106,21 @@ impl ProcessGroup {
         }))
     }
 
+    /// Without the `mpi` feature no group exists ([`from_launcher`](Self::from_launcher)
+    /// refuses a launcher's world), so there is nothing to join.
+    ///
+    /// # Errors
+    /// Always [`TrainError::Config`].
+    #[cfg(not(feature = "mpi"))]
+    pub fn join<B: burn::tensor::backend::AutodiffBackend>(
+        &self,
+        _facts: &[(&str, f64)],
+    ) -> Result<Box<dyn crate::trainer::GradientSync<B>>, TrainError> {
+        Err(TrainError::Config(
+            "this mlm-train was built without the `mpi` feature".into(),
+        ))
+    }
+
     /// This process's place in the run.
     pub fn rank(&self) -> Rank {
         Rank {
