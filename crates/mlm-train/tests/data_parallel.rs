@@ -8,10 +8,6 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
-
 use common::{micro_config, train_command as train};
 
 /// The micro config, 20 steps of `batch_size` sequences per rank in `parallel_shards`.
@@ -49,8 +45,12 @@ fn a_build_without_mpi_refuses_a_launchers_world_and_writes_nothing() {
 #[cfg(feature = "mpi")]
 mod under_mpirun {
     use super::*;
+    use std::path::Path;
+    use std::process::{Child, Command, Output, Stdio};
+    use std::time::{Duration, Instant};
+
     use burn::backend::NdArray;
-    use common::{parameters, summary, train_losses};
+    use common::{parameters, resume_command as resume, summary, train_losses};
     use mlm_train::report::read_metrics;
     use mlm_train::{RunDir, checkpoint};
 
@@ -89,13 +89,8 @@ mod under_mpirun {
         mpirun
     }
 
-    /// `mlm-train train --resume RUN [extra]`.
-    fn resume(run: &Path, extra: &[&str]) -> Command {
-        common::resume_command(run, extra)
-    }
-
-    /// Runs `command` and waits for it, killing it after [`LIMIT`].
-    fn run_to_end(mut command: Command) -> Output {
+    /// Runs `command` and waits for it, killing it after [`LIMIT`]; asserts nothing.
+    fn run_bounded(mut command: Command) -> Output {
         command.stdout(Stdio::piped()).stderr(Stdio::piped());
         wait_until(command.spawn().unwrap(), Instant::now() + LIMIT)
     }
@@ -218,8 +213,8 @@ mod under_mpirun {
     fn two_ranks_train_what_one_process_trains_with_their_global_batch() {
         let tmp = tempfile::tempdir().unwrap();
         let (one, two) = (tmp.path().join("one"), tmp.path().join("two"));
-        assert_success(&run_to_end(train(&config(16, 2), &one, &[] as &[&str])));
-        let out = run_to_end(two_ranks(train(&config(8, 1), &two, &[] as &[&str])));
+        assert_success(&run_bounded(train(&config(16, 2), &one, &[] as &[&str])));
+        let out = run_bounded(two_ranks(train(&config(8, 1), &two, &[] as &[&str])));
         assert_success(&out);
         assert_same_training(&one, &two, 20);
 
@@ -246,22 +241,22 @@ mod under_mpirun {
         let (one, two) = (tmp.path().join("one"), tmp.path().join("two"));
         let first_half = ["--max-steps", "10"];
         let second_half = ["--max-steps", "20"];
-        assert_success(&run_to_end(train(&config(16, 2), &one, &first_half)));
-        assert_success(&run_to_end(resume(&one, &second_half)));
-        assert_success(&run_to_end(two_ranks(train(
+        assert_success(&run_bounded(train(&config(16, 2), &one, &first_half)));
+        assert_success(&run_bounded(resume(&one, &second_half)));
+        assert_success(&run_bounded(two_ranks(train(
             &config(8, 1),
             &two,
             &first_half,
         ))));
         // Alone, the run is refused: it was trained by two ranks.
-        let alone = run_to_end(resume(&two, &second_half));
+        let alone = run_bounded(resume(&two, &second_half));
         let stderr = String::from_utf8_lossy(&alone.stderr);
         assert_eq!(alone.status.code(), Some(1), "{stderr}");
         assert!(
             stderr.contains("world_size = 2, but 1 process(es) started: run it as 2 processes"),
             "{stderr}"
         );
-        assert_success(&run_to_end(two_ranks(resume(&two, &second_half))));
+        assert_success(&run_bounded(two_ranks(resume(&two, &second_half))));
         assert_same_training(&one, &two, 20);
         assert_eq!(summary(&two).last_segment.first_step, 11);
     }
@@ -273,7 +268,7 @@ mod under_mpirun {
         let by_clock = config(8, 1)
             .with_eval_every(100_000)
             .with_checkpoint_every(100_000);
-        let out = run_to_end(two_ranks(train(&by_clock, &run, &["--time-budget", "3s"])));
+        let out = run_bounded(two_ranks(train(&by_clock, &run, &["--time-budget", "3s"])));
         // A rank that went on past the other's last step would wait for its sum forever.
         assert_success(&out);
         let s = summary(&run);
@@ -327,7 +322,7 @@ mod under_mpirun {
             .parse()
             .unwrap();
         let more = (step + 2).to_string();
-        assert_success(&run_to_end(two_ranks(resume(
+        assert_success(&run_bounded(two_ranks(resume(
             &run,
             &["--max-steps", &more],
         ))));
@@ -365,7 +360,7 @@ mod under_mpirun {
                 train(&config(8, 1), &run, &["--seed", &seed.to_string()])
             })
             .collect();
-        let out = run_to_end(mpirun(&ranks));
+        let out = run_bounded(mpirun(&ranks));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{stderr}");
         assert!(

@@ -130,10 +130,12 @@ impl ProcessGroup {
     }
 
     /// Ends this process's part in the run. After a run that ended alike on every rank
-    /// (`ok`: its end, a stop by signal included), it waits for every rank (so that no rank's exit ends the job while rank 0
-    /// still writes the run) and finalises MPI. After an error, which the other ranks may
-    /// not share, it aborts the job: `MPI_Abort` ends every rank, and the launcher reports
-    /// it after this rank's error line.
+    /// (`ok`: its end, a stop by signal included), it waits for every rank (so that no
+    /// rank's exit ends the job while rank 0 still writes the run) and finalises MPI. After
+    /// an error, which the other ranks may not share, it aborts the job: `MPI_Abort` ends
+    /// every rank, and the launcher reports it after this rank's error line. Without the
+    /// `mpi` feature there is one process and nothing to do.
+    #[cfg_attr(not(feature = "mpi"), allow(unused_variables))]
     pub fn finish(self, ok: bool, exit_status: u8) {
         #[cfg(feature = "mpi")]
         {
@@ -144,7 +146,6 @@ impl ProcessGroup {
             }
             world.barrier();
         }
-        let _ = (ok, exit_status);
     }
 }
 
