@@ -9,3 +9,8 @@
 
 pub use mlm_core as core;
 pub use mlm_train as train;
+
+/// The README's code, compiled as doctests so that it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct Readme;

@@ -59,6 +59,15 @@ fn labels<B: AutodiffBackend>(reference: &Value, shape: [usize; 2]) -> Tensor<B,
     )
 }
 
+/// `actual` against PyTorch's gradient `expected`: within 1e-5 relative, or within 1e-6 of
+/// the gradient's largest entry where an entry is a sum that cancels (a dense-weight entry of
+/// 0.07 adds terms of up to 3.9 in f32; there PyTorch's own value is 5.7e-7 from the f64
+/// result, and an AVX2 machine's flex kernels 1.7e-6, 4e-7 of the scale).
+fn assert_gradient_close(what: &str, actual: &[f32], expected: &[f32]) {
+    let scale = expected.iter().fold(0f32, |m, e| m.max(e.abs()));
+    assert_close(what, actual, expected, 1e-5, 1e-6 * scale.max(1.0));
+}
+
 /// Checks every gradient the fixture holds, from a backward pass of the mean loss.
 fn assert_reference_gradients<B: AutodiffBackend>(
     reference: &Value,
@@ -67,44 +76,26 @@ fn assert_reference_gradients<B: AutodiffBackend>(
     head: &MlmHead<B>,
     embedding: &Param<Tensor<B, 2>>,
 ) {
-    let expected = &reference["expected"];
+    let expected = |key: &str| floats(&reference["expected"][key]);
     let grads = loss.backward();
     let grad = |t: Option<Tensor<B::InnerBackend, 2>>| to_vec(t.expect("gradient"));
     let grad_hidden = to_vec(hidden.grad(&grads).unwrap());
-    assert_close(
-        "grad hidden",
-        &grad_hidden,
-        &floats(&expected["grad_hidden"]),
-        1e-5,
-        1e-6,
-    );
+    assert_gradient_close("grad hidden", &grad_hidden, &expected("grad_hidden"));
     let grad_embedding = grad(embedding.val().grad(&grads));
-    let expected_embedding = floats(&expected["grad_tied_embedding"]);
-    assert_close(
+    assert_gradient_close(
         "grad tied embedding",
         &grad_embedding,
-        &expected_embedding,
-        1e-5,
-        1e-6,
+        &expected("grad_tied_embedding"),
     );
     let grad_bias = to_vec(head.bias.val().grad(&grads).unwrap());
-    assert_close(
-        "grad bias",
-        &grad_bias,
-        &floats(&expected["grad_bias"]),
-        1e-5,
-        1e-6,
-    );
+    assert_gradient_close("grad bias", &grad_bias, &expected("grad_bias"));
     // PyTorch's dense-weight gradient is [out, in]; ours is [in, out].
     let dense = &head.transform.as_ref().unwrap().dense;
     let grad_dense = grad(dense.weight.val().grad(&grads).map(|g| g.transpose()));
-    let expected_dense = floats(&expected["grad_transform.dense.weight"]);
-    assert_close(
+    assert_gradient_close(
         "grad dense weight",
         &grad_dense,
-        &expected_dense,
-        1e-5,
-        1e-6,
+        &expected("grad_transform.dense.weight"),
     );
 }
 

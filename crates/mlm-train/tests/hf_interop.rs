@@ -441,3 +441,40 @@ fn a_stored_decoder_must_be_the_word_embeddings() {
         "{error:?}"
     );
 }
+
+/// `tests/fixtures/v0_1_export/`: a micro run trained and exported by burn-mlm 0.1 (the
+/// Burn 0.21 line; the folder's README says how), with what 0.1 computed on it in
+/// `expected.json`. It is the way across from 0.1 (`export-hf` there, `import-hf` here):
+/// imported by this build, it must give 0.1's held-out loss and fill-mask probabilities.
+#[test]
+fn an_export_made_by_0_1_imports_and_gives_0_1s_loss_and_predictions() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let (export, corpus) = (fixtures.join("v0_1_export"), fixtures.join("corpus"));
+    let expected: Value =
+        serde_json::from_str(&std::fs::read_to_string(export.join("expected.json")).unwrap())
+            .unwrap();
+    let close = |actual: f64, expected: &Value| {
+        let expected = expected.as_f64().unwrap();
+        assert!(
+            (actual - expected).abs() <= 1e-5 * expected.abs().max(1.0),
+            "{actual} vs 0.1's {expected}"
+        );
+    };
+    let device = Default::default();
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    import_run::<B>(&export, &run, &corpus, &device).unwrap();
+    let trained = TrainedRun::<B>::load(&run, &device).unwrap();
+
+    let eval = trained.evaluate(None, &device).unwrap();
+    assert_eq!(eval.n_masked as u64, expected["n_masked"].as_u64().unwrap());
+    close(eval.loss, &expected["loss"]);
+    let text = expected["fill_mask"]["text"].as_str().unwrap();
+    let predictions = trained.fill_mask(text, 3, &device).unwrap();
+    let candidates = expected["fill_mask"]["candidates"].as_array().unwrap();
+    assert_eq!(predictions[0].candidates.len(), candidates.len());
+    for ((token, p), want) in predictions[0].candidates.iter().zip(candidates) {
+        assert_eq!(token, want[0].as_str().unwrap());
+        close(*p, &want[1]);
+    }
+}

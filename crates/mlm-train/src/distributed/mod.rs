@@ -59,39 +59,51 @@ pub fn launcher_world_size(var: impl Fn(&str) -> Option<String>) -> Option<usize
         .find_map(|name| var(name)?.trim().parse().ok())
 }
 
+/// Whether a process that a launcher announced as one of `announced` processes joins an MPI
+/// world: `false` for none or a world of 1.
+///
+/// # Errors
+/// [`TrainError::Config`] for a world of 2 or more in a build without MPI (`mpi_built`
+/// false), naming the feature to build with.
+pub fn joins_world(announced: Option<usize>, mpi_built: bool) -> Result<bool, TrainError> {
+    match announced {
+        Some(size) if size >= 2 && !mpi_built => Err(TrainError::Config(format!(
+            "started by an MPI launcher as one of {size} processes, but this mlm-train was \
+             built without the `mpi` feature: build it with `cargo build --release -p \
+             mlm-train --features mpi`"
+        ))),
+        Some(size) => Ok(size >= 2),
+        None => Ok(false),
+    }
+}
+
 impl ProcessGroup {
     /// Joins the run that the launcher started, if this process was started by one for a
     /// run of 2 or more processes; `None` for a process of its own (or a world of 1).
     ///
     /// # Errors
     /// [`TrainError::Config`] for a zero `timeout`, and, in a build without the `mpi`
-    /// feature, for a launcher's world of 2 or more (naming the variable and the feature).
+    /// feature, for a launcher's world of 2 or more ([`joins_world`]).
     pub fn from_launcher(timeout: Duration) -> Result<Option<Self>, TrainError> {
-        let Some(size) = launcher_world_size(|name| std::env::var(name).ok()) else {
+        let announced = launcher_world_size(|name| std::env::var(name).ok());
+        if !joins_world(announced, cfg!(feature = "mpi"))? {
             return Ok(None);
-        };
+        }
         if timeout.is_zero() {
             return Err(TrainError::Config(
                 "the collective timeout must be at least 1 s".into(),
             ));
         }
-        Self::init(size, timeout)
+        Self::init(timeout)
     }
 
     #[cfg(not(feature = "mpi"))]
-    fn init(size: usize, _timeout: Duration) -> Result<Option<Self>, TrainError> {
-        if size < 2 {
-            return Ok(None);
-        }
-        Err(TrainError::Config(format!(
-            "started by an MPI launcher as one of {size} processes, but this mlm-train was \
-             built without the `mpi` feature: build it with `cargo build --release -p \
-             mlm-train --features mpi`"
-        )))
+    fn init(_timeout: Duration) -> Result<Option<Self>, TrainError> {
+        unreachable!("joins_world refuses a launcher's world without the `mpi` feature")
     }
 
     #[cfg(feature = "mpi")]
-    fn init(_size: usize, timeout: Duration) -> Result<Option<Self>, TrainError> {
+    fn init(timeout: Duration) -> Result<Option<Self>, TrainError> {
         use mpi::traits::Communicator;
         // Only the main thread calls MPI; the shard threads and the watchdog never do.
         let (universe, _) = mpi::initialize_with_threading(mpi::Threading::Funneled)
@@ -173,5 +185,21 @@ mod tests {
             Some(8)
         );
         assert_eq!(launcher_world_size(env(&[("PMI_SIZE", " 2\n")])), Some(2));
+    }
+
+    #[test]
+    fn a_launchers_world_is_joined_only_by_a_build_with_mpi() {
+        for mpi_built in [false, true] {
+            assert!(!joins_world(None, mpi_built).unwrap());
+            assert!(!joins_world(Some(1), mpi_built).unwrap());
+        }
+        assert!(joins_world(Some(2), true).unwrap());
+        match joins_world(Some(2), false) {
+            Err(TrainError::Config(message)) => assert!(
+                message.contains("one of 2 processes") && message.contains("--features mpi"),
+                "{message}"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 }
