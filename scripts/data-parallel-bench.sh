@@ -5,11 +5,15 @@
 # the same loss). README "Scale out". Needs Open MPI (README "Scale out").
 #
 #   scripts/data-parallel-bench.sh [STEPS=60]
+#   MLM_TRAIN=path/to/mlm-train scripts/data-parallel-bench.sh   # a binary built with `mpi`
 set -euo pipefail
 steps=${1:-60}
 cd "$(dirname "$0")/.."
-cargo build --release -p mlm-train --features mpi
-bin=target/release/mlm-train
+bin=${MLM_TRAIN:-}
+if [ -z "$bin" ]; then
+    cargo build --release -p mlm-train --features mpi
+    bin=target/release/mlm-train
+fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 common=(--max-steps "$steps" --warmup-steps 10 --eval-every "$steps" --checkpoint-every "$steps")
