@@ -3,15 +3,13 @@
 //!
 //! Run: `cargo run --example custom_model`
 
-use burn::backend::{Autodiff, NdArray};
 use burn::module::{Initializer, Module};
 use burn::nn::transformer::{
     TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
 };
 use burn::nn::{Embedding, EmbeddingConfig};
-use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use burn::optim::{AdamWConfig, GradientsParams};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 use mlm_core::{MaskingConfig, MlmError, MlmHead, MlmHeadConfig, masked_cross_entropy};
 
 const VOCAB: usize = 40;
@@ -22,15 +20,15 @@ const SEQ: usize = 12;
 
 /// The user's model: their embedding and encoder, plus our head tied to their embedding.
 #[derive(Module, Debug)]
-struct TinyMlm<B: Backend> {
-    embedding: Embedding<B>,
-    position: Embedding<B>,
-    encoder: TransformerEncoder<B>,
-    head: MlmHead<B>,
+struct TinyMlm {
+    embedding: Embedding,
+    position: Embedding,
+    encoder: TransformerEncoder,
+    head: MlmHead,
 }
 
-impl<B: Backend> TinyMlm<B> {
-    fn new(device: &B::Device) -> Self {
+impl TinyMlm {
+    fn new(device: &Device) -> Self {
         Self {
             // BERT's initialisation, N(0, 0.02): the tied logits start near uniform.
             embedding: EmbeddingConfig::new(VOCAB, D_MODEL)
@@ -55,9 +53,9 @@ impl<B: Backend> TinyMlm<B> {
     /// ids `[batch, seq]` → logits at the masked positions `[n_masked, vocab]`.
     fn forward(
         &self,
-        ids: Tensor<B, 2, Int>,
-        positions: Tensor<B, 1, Int>,
-    ) -> Result<Tensor<B, 2>, MlmError> {
+        ids: Tensor<2, Int>,
+        positions: Tensor<1, Int>,
+    ) -> Result<Tensor<2>, MlmError> {
         let [batch, seq] = ids.dims();
         let padding = ids.clone().equal_elem(PAD as i64);
         let position_ids = Tensor::arange(0..seq as i64, &ids.device())
@@ -85,8 +83,8 @@ fn corpus(n: usize, len: usize) -> Vec<Vec<u32>> {
         .collect()
 }
 
-fn train<B: AutodiffBackend>(device: &B::Device) -> Result<(), MlmError> {
-    let mut model = TinyMlm::<B>::new(device);
+fn train(device: &Device) -> Result<(), MlmError> {
+    let mut model = TinyMlm::new(device);
     let mut optimizer = AdamWConfig::new().with_weight_decay(0.01).init();
     let mut masker = MaskingConfig::new(VOCAB, MASK, vec![PAD, MASK])
         .with_seed(42)
@@ -107,12 +105,12 @@ fn train<B: AutodiffBackend>(device: &B::Device) -> Result<(), MlmError> {
         let targets = Tensor::from_data(TensorData::new(batch.masked_targets(), [n]), device);
 
         let logits = model.forward(ids, positions)?;
-        let all = Tensor::<B, 1, Int>::ones([n], device).bool();
+        let all = Tensor::<1, Int>::ones([n], device).bool();
         let out = masked_cross_entropy(logits, targets, all)?;
         if step % 15 == 0 || step == 1 {
             println!(
                 "step {step:>3}  loss {:.4}  accuracy {:>5.1} %  ({} masked tokens)",
-                out.loss.clone().into_scalar().elem::<f32>(),
+                out.loss.clone().into_scalar::<f32>(),
                 100.0 * out.accuracy(),
                 out.n_graded
             );
@@ -124,5 +122,5 @@ fn train<B: AutodiffBackend>(device: &B::Device) -> Result<(), MlmError> {
 }
 
 fn main() -> Result<(), MlmError> {
-    train::<Autodiff<NdArray>>(&Default::default())
+    train(&Device::flex().autodiff())
 }

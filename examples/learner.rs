@@ -6,11 +6,10 @@
 //! minutes on a 2-core CPU). In a terminal burn-train draws its dashboard (loss, MLM accuracy
 //! over the masked positions, perplexity); elsewhere it prints its progress, and both end
 //! with a summary table. Per-batch metric values go to `DIR/{train,valid}/epoch-N/*.log`,
-//! checkpoints to `DIR/checkpoint/`.
+//! checkpoints (burnpack files) to `DIR/checkpoint/`.
 
 use std::path::PathBuf;
 
-use burn::backend::{Autodiff, Flex};
 use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataset::InMemDataset;
 use burn::grad_clipping::GradientClippingConfig;
@@ -20,8 +19,7 @@ use burn::nn::transformer::{
 };
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig};
 use burn::optim::AdamWConfig;
-use burn::record::CompactRecorder;
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::Device;
 use burn::tensor::{Int, Tensor};
 use burn_train::metric::{AccuracyMetric, LossMetric, PerplexityMetric};
 use burn_train::{InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep};
@@ -39,16 +37,16 @@ const SEED: u64 = 42;
 /// burn-nn's `TransformerEncoder` (post-norm, as BERT), and mlm-core's head tied to the
 /// token embeddings.
 #[derive(Module, Debug)]
-struct MyEncoderForMlm<B: Backend> {
-    tokens: Embedding<B>,
-    positions: Embedding<B>,
-    norm: LayerNorm<B>,
-    encoder: TransformerEncoder<B>,
-    head: MlmHead<B>,
+struct MyEncoderForMlm {
+    tokens: Embedding,
+    positions: Embedding,
+    norm: LayerNorm,
+    encoder: TransformerEncoder,
+    head: MlmHead,
 }
 
-impl<B: Backend> MyEncoderForMlm<B> {
-    fn new(vocab_size: usize, device: &B::Device) -> Self {
+impl MyEncoderForMlm {
+    fn new(vocab_size: usize, device: &Device) -> Self {
         Self {
             tokens: bert_embedding(vocab_size, device),
             positions: bert_embedding(SEQ_LEN, device),
@@ -63,10 +61,10 @@ impl<B: Backend> MyEncoderForMlm<B> {
     }
 
     /// Hidden states `[batch, seq, d_model]` → logits of the masked rows → masked loss.
-    fn forward(&self, batch: MlmBatch<B>) -> MlmOutput<B> {
+    fn forward(&self, batch: MlmBatch) -> MlmOutput {
         let [batch_size, seq] = batch.input_ids.dims();
         let device = batch.input_ids.device();
-        let position_ids = Tensor::<B, 1, Int>::arange(0..seq as i64, &device)
+        let position_ids = Tensor::<1, Int>::arange(0..seq as i64, &device)
             .unsqueeze::<2>()
             .repeat_dim(0, batch_size);
         let embedded = self.tokens.forward(batch.input_ids) + self.positions.forward(position_ids);
@@ -89,7 +87,7 @@ impl<B: Backend> MyEncoderForMlm<B> {
 
 /// An embedding table initialised as BERT's (normal, std 0.02): burn's default N(0, 1)
 /// would make the tied decoder's first logits ~√d_model times too large.
-fn bert_embedding<B: Backend>(n_embedding: usize, device: &B::Device) -> Embedding<B> {
+fn bert_embedding(n_embedding: usize, device: &Device) -> Embedding {
     EmbeddingConfig::new(n_embedding, D_MODEL)
         .with_initializer(Initializer::Normal {
             mean: 0.0,
@@ -98,21 +96,21 @@ fn bert_embedding<B: Backend>(n_embedding: usize, device: &B::Device) -> Embeddi
         .init(device)
 }
 
-impl<B: AutodiffBackend> TrainStep for MyEncoderForMlm<B> {
-    type Input = MlmBatch<B>;
-    type Output = MlmOutput<B>;
+impl TrainStep for MyEncoderForMlm {
+    type Input = MlmBatch;
+    type Output = MlmOutput;
 
-    fn step(&self, batch: MlmBatch<B>) -> TrainOutput<MlmOutput<B>> {
+    fn step(&self, batch: MlmBatch) -> TrainOutput<MlmOutput> {
         let output = self.forward(batch);
         TrainOutput::new(self, output.loss.backward(), output)
     }
 }
 
-impl<B: Backend> InferenceStep for MyEncoderForMlm<B> {
-    type Input = MlmBatch<B>;
-    type Output = MlmOutput<B>;
+impl InferenceStep for MyEncoderForMlm {
+    type Input = MlmBatch;
+    type Output = MlmOutput;
 
-    fn step(&self, batch: MlmBatch<B>) -> MlmOutput<B> {
+    fn step(&self, batch: MlmBatch) -> MlmOutput {
         self.forward(batch)
     }
 }
@@ -135,7 +133,6 @@ fn count(arg: Option<String>, default: usize) -> Result<usize, String> {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    type Train = Autodiff<Flex>;
     let mut args = std::env::args().skip(1);
     let (steps_per_epoch, epochs) = (count(args.next(), 200)?, count(args.next(), 2)?);
     let dir = PathBuf::from(args.next().unwrap_or("runs/learner-example".into()));
@@ -147,18 +144,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let masker = data.tokenizer.masker(0.15, Masking::Token, SEED)?;
     let batcher = MlmBatcher::new(masker, data.tokenizer.pad_id)?;
 
+    let device = Device::flex();
+    device.seed(SEED);
     let train = DataLoaderBuilder::new(batcher.clone())
         .batch_size(BATCH)
         .shuffle(SEED)
         .num_workers(2)
+        .set_device(device.clone())
         .build(subset(data.train, steps_per_epoch * BATCH));
     let valid = DataLoaderBuilder::new(batcher)
         .batch_size(BATCH)
+        .set_device(device.clone())
         .build(subset(data.held_out, 16 * BATCH));
 
-    let device = Default::default();
-    Train::seed(&device, SEED);
-    let model = MyEncoderForMlm::<Train>::new(data.tokenizer.vocab_size(), &device);
+    // Built on the autodiff device: burn-train forks the model onto `autodiff(its device)`,
+    // and parameters made on a plain device would stay untracked there.
+    let model = MyEncoderForMlm::new(data.tokenizer.vocab_size(), &device.clone().autodiff());
     let optimizer = AdamWConfig::new()
         .with_weight_decay(0.01)
         .with_grad_clipping(Some(GradientClippingConfig::Norm(1.0)))
@@ -169,10 +170,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             AccuracyMetric::new(),
             PerplexityMetric::new(),
         ))
-        .with_file_checkpointer(CompactRecorder::new())
+        .with_default_checkpointers()
         .num_epochs(epochs)
         .summary();
     let result = training.launch(Learner::new(model, optimizer, 1e-3));
+    if let Some(error) = &result.error {
+        return Err(format!("training failed: {error}").into());
+    }
     println!(
         "trained {} parameters; checkpoints in {}",
         result.model.num_params(),

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use burn::backend::{Autodiff, Flex};
+use burn::tensor::Device;
 use mlm_train::data::fetch_corpus;
 use mlm_train::predict::TrainedRun;
 use mlm_train::{TrainConfig, TrainError, train};
@@ -25,8 +25,8 @@ fn main() -> Result<(), TrainError> {
     let config = TrainConfig::new(corpus)
         .with_max_steps(max_steps)
         .with_eval_every(100);
-    let device = Default::default();
-    let summary = train::<Autodiff<Flex>>(config, &run_dir, &device, "flex")?;
+    let device = Device::flex().autodiff();
+    let summary = train(config, &run_dir, &device, "flex")?;
     println!(
         "held-out loss {:.3} nats vs unigram {:.3}; accuracy {:.1} %",
         summary.final_valid_loss,
@@ -35,12 +35,9 @@ fn main() -> Result<(), TrainError> {
     );
 
     // Use it: the newest checkpoint fills in a mask.
-    let trained = TrainedRun::<Flex>::load(&run_dir, &Default::default())?;
-    for prediction in trained.fill_mask(
-        "The President shall [MASK] the Congress.",
-        5,
-        &Default::default(),
-    )? {
+    let device = Device::flex();
+    let trained = TrainedRun::load(&run_dir, &device)?;
+    for prediction in trained.fill_mask("The President shall [MASK] the Congress.", 5, &device)? {
         println!("{:?}", prediction.candidates);
     }
     Ok(())

@@ -6,27 +6,26 @@
 //! positions M; then BERT's 80/10/10 corruption, where every selected slot is graded
 //! against its original word.
 
-use burn::backend::NdArray;
 use burn::tensor::activation::softmax;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 use mlm_core::{IGNORE_INDEX, MaskingConfig, MlmError, masked_cross_entropy_with_labels};
 
-type B = NdArray;
+/// The walkthrough's device: burn-flex, no autodiff.
+fn device() -> Device {
+    Device::flex()
+}
 
-fn logits(rows: &[[f32; 3]]) -> Tensor<B, 2> {
+fn logits(rows: &[[f32; 3]]) -> Tensor<2> {
     let flat: Vec<f32> = rows.iter().flatten().copied().collect();
-    Tensor::from_data(TensorData::new(flat, [rows.len(), 3]), &Default::default())
+    Tensor::from_data(TensorData::new(flat, [rows.len(), 3]), &device())
 }
 
-fn labels(values: &[i64]) -> Tensor<B, 1, Int> {
-    Tensor::from_data(
-        TensorData::new(values.to_vec(), [values.len()]),
-        &Default::default(),
-    )
+fn labels(values: &[i64]) -> Tensor<1, Int> {
+    Tensor::from_data(TensorData::new(values.to_vec(), [values.len()]), &device())
 }
 
-fn floats<const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
-    t.into_data().into_vec().unwrap()
+fn floats<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data().try_into_vec::<f32>().unwrap()
 }
 
 /// One masked slot whose true word is "mat": logits → exp → sum → p(mat) → −log p.
@@ -106,9 +105,9 @@ fn main() -> Result<(), MlmError> {
     println!("  the 8 visible tokens: label -100, not computed, zero gradient");
     println!(
         "  loss  = sum / |M| = {:.6} / {} = {:.6}\n",
-        out.loss_sum.into_scalar(),
+        out.loss_sum.into_scalar::<f32>(),
         out.n_graded,
-        out.loss.into_scalar()
+        out.loss.into_scalar::<f32>()
     );
 
     println!(

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 for diff in patches/*.diff; do
-    crate=$(basename "$diff" .diff)              # e.g. burn-flex-0.21.0
+    crate=$(basename "$diff" .diff)              # e.g. burn-flex-0.22.1
     name=${crate%-*} version=${crate##*-}
     curl -sSfL -o "$work/$crate.crate" "https://static.crates.io/crates/$name/$crate.crate"
     # The index's path: 1/, 2/, 3/a/ or ab/cd/ by the name's length.

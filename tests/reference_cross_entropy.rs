@@ -1,65 +1,44 @@
 //! Masked cross-entropy against PyTorch (`tests/fixtures/cross_entropy.json`, made by
 //! `../shared/reference/make_reference.py`): mean, sum, graded count and the gradient of
-//! the mean w.r.t. the logits, within 1e-5 relative (1e-6 absolute near 0), on `Autodiff<NdArray>`
-//! (plain tensor ops) and on `Autodiff<Flex>` (the fused kernel and its autodiff operation).
+//! the mean w.r.t. the logits, within 1e-5 relative (1e-6 absolute near 0), on ndarray with
+//! autodiff (plain tensor ops) and on flex with autodiff (the fused kernel and its autodiff
+//! operation), with and without gradient checkpointing.
 
 mod common;
 
-use burn::backend::{Autodiff, Flex, NdArray};
-use burn::tensor::TensorData;
-use burn::tensor::backend::AutodiffBackend;
-use common::{assert_close, fixture, floats, run_cross_entropy_case};
+use burn::tensor::{Device, TensorData};
+use common::{
+    assert_close, assert_every_cross_entropy_case_matches_pytorch, fixture, run_cross_entropy_case,
+};
 
-type B = Autodiff<NdArray>;
+/// The composed tensor ops on a CPU backend without kernels of ours (burn-ndarray, while
+/// Burn ships it): PyTorch is the reference, ndarray only the backend under test.
+#[allow(deprecated)]
+fn composed_device() -> Device {
+    Device::ndarray().autodiff()
+}
+
+/// burn-flex with autodiff: the fused kernel and its autodiff operation.
+fn flex_device() -> Device {
+    Device::flex().autodiff()
+}
 
 #[test]
 fn every_reference_case_matches_pytorch() {
-    every_case_matches_pytorch::<B>();
+    assert_every_cross_entropy_case_matches_pytorch("composed", &composed_device(), 1e-5, 1e-6);
 }
 
 #[test]
 fn every_reference_case_matches_pytorch_with_the_fused_flex_kernel() {
-    every_case_matches_pytorch::<Autodiff<Flex>>();
+    assert_every_cross_entropy_case_matches_pytorch("flex", &flex_device(), 1e-5, 1e-6);
 }
 
-fn every_case_matches_pytorch<B: AutodiffBackend>() {
-    let reference = fixture("cross_entropy.json");
-    let cases = reference["cases"].as_array().unwrap();
-    assert!(cases.len() >= 11, "the fixture lost cases");
-    for case in cases {
-        let name = case["name"].as_str().unwrap();
-        let got = run_cross_entropy_case::<B>(case, &Default::default())
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(
-            got.n_graded as u64,
-            case["n_graded"].as_u64().unwrap(),
-            "{name}: n_graded"
-        );
-        let expected_mean = case["loss_mean"].as_f64().unwrap() as f32;
-        let expected_sum = case["loss_sum"].as_f64().unwrap() as f32;
-        assert_close(
-            &format!("{name} mean"),
-            &[got.mean],
-            &[expected_mean],
-            1e-5,
-            1e-6,
-        );
-        assert_close(
-            &format!("{name} sum"),
-            &[got.sum],
-            &[expected_sum],
-            1e-5,
-            1e-6,
-        );
-        let expected_grad = floats(&case["grad_logits_of_mean"]);
-        assert_close(
-            &format!("{name} grad"),
-            &got.grad,
-            &expected_grad,
-            1e-5,
-            1e-6,
-        );
-    }
+/// Gradient checkpointing (`Autodiff<Flex, BalancedCheckpointing>`) takes the same fused
+/// kernel and gives the same numbers.
+#[test]
+fn every_reference_case_matches_pytorch_on_flex_with_gradient_checkpointing() {
+    let device = Device::flex().autodiff().gradient_checkpointing();
+    assert_every_cross_entropy_case_matches_pytorch("flex balanced", &device, 1e-5, 1e-6);
 }
 
 #[test]
@@ -68,7 +47,7 @@ fn seed_worked_example_is_the_first_case() {
     let reference = fixture("cross_entropy.json");
     let case = &reference["cases"][0];
     assert_eq!(case["name"], "seed_step4");
-    let got = run_cross_entropy_case::<B>(case, &Default::default()).unwrap();
+    let got = run_cross_entropy_case(case, &flex_device()).unwrap();
     assert!((got.mean - 0.407_606).abs() < 1e-5, "loss {}", got.mean);
     // d loss / d z = softmax - onehot = (0.6652 - 1, 0.2447, 0.0900).
     assert_close(
@@ -86,20 +65,19 @@ fn seed_worked_example_is_the_first_case() {
 /// whose truncation error (~1e-5 here) and f32 rounding (~1e-5) stay well inside 1e-3.
 #[test]
 fn the_fused_flex_gradient_matches_finite_differences() {
-    use burn::tensor::{Distribution, ElementConversion, Int, Tensor};
+    use burn::tensor::{Distribution, Int, Tensor};
     use mlm_core::MaskedCrossEntropyConfig;
-    type F = Autodiff<Flex>;
-    let device = Default::default();
-    let z: Tensor<F, 2> = Tensor::random([5, 37], Distribution::Normal(0.0, 2.0), &device);
-    let labels = || Tensor::<F, 1, Int>::from_data([3, -100, 0, 36, 17], &device);
+    let device = flex_device();
+    let z: Tensor<2> = Tensor::random([5, 37], Distribution::Normal(0.0, 2.0), &device);
+    let labels = || Tensor::<1, Int>::from_data([3, -100, 0, 36, 17], &device);
     for smoothing in [0.0, 0.1] {
         let loss = MaskedCrossEntropyConfig::new()
             .with_label_smoothing(smoothing)
             .init()
             .unwrap();
-        let at = |z: Tensor<F, 2>| {
+        let at = |z: Tensor<2>| {
             let out = loss.forward_labels(z, labels()).unwrap();
-            f64::from(out.loss.into_scalar().elem::<f32>())
+            f64::from(out.loss.into_scalar::<f32>())
         };
         let z0 = z.clone().require_grad();
         let out = loss.forward_labels(z0.clone(), labels()).unwrap();
@@ -123,5 +101,5 @@ fn the_fused_flex_gradient_matches_finite_differences() {
 }
 
 fn floats_of(data: TensorData) -> Vec<f32> {
-    data.convert::<f32>().into_vec().unwrap()
+    data.convert::<f32>().try_into_vec::<f32>().unwrap()
 }

@@ -6,13 +6,11 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use burn::backend::{Autodiff, NdArray};
-use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 use mlm_core::{IGNORE_INDEX, MaskedCrossEntropyConfig, MaskingConfig, MlmError};
 use mlm_train::TrainError;
 use mlm_train::data::{Document, WordPieceTokenizer, clean, pack, read_corpus};
 
-type B = Autodiff<NdArray>;
 
 /// Reads bytes front to back; past the end every read is 0.
 struct Bytes<'a>(&'a [u8]);
@@ -172,12 +170,12 @@ pub fn loss(data: &[u8]) {
             b => i64::from(b) % vocab as i64,
         })
         .collect();
-    let device = Default::default();
-    let z: Tensor<B, 2> =
-        Tensor::<B, 2>::from_data(TensorData::new(logits.clone(), [rows, vocab]), &device)
+    let device = Device::flex().autodiff();
+    let z: Tensor<2> =
+        Tensor::<2>::from_data(TensorData::new(logits.clone(), [rows, vocab]), &device)
             .require_grad();
     let label_tensor =
-        Tensor::<B, 1, Int>::from_data(TensorData::new(labels.clone(), [rows]), &device);
+        Tensor::<1, Int>::from_data(TensorData::new(labels.clone(), [rows]), &device);
     let loss_fn = MaskedCrossEntropyConfig::new()
         .with_label_smoothing(smoothing)
         .init()
@@ -195,8 +193,8 @@ pub fn loss(data: &[u8]) {
     };
     let graded: Vec<usize> = (0..rows).filter(|&r| labels[r] != IGNORE_INDEX).collect();
     assert_eq!(out.n_graded, graded.len());
-    let mean = out.loss.clone().into_scalar().elem::<f64>();
-    let sum = out.loss_sum.clone().into_scalar().elem::<f64>();
+    let mean = out.loss.clone().into_scalar::<f64>();
+    let sum = out.loss_sum.clone().into_scalar::<f64>();
     let finite = graded.iter().all(|&r| {
         logits[r * vocab..(r + 1) * vocab]
             .iter()
@@ -215,7 +213,7 @@ pub fn loss(data: &[u8]) {
         .grad(&out.loss.backward())
         .expect("a gradient, zero or not")
         .into_data()
-        .to_vec()
+        .try_to_vec::<f32>()
         .unwrap();
     for r in (0..rows).filter(|r| !graded.contains(r)) {
         assert!(

@@ -1,8 +1,7 @@
 //! Shared helpers of the cross-crate tests: reference fixtures and tolerance checks.
 #![allow(dead_code)] // each test binary uses its own subset
 
-use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 use mlm_core::{MaskedCrossEntropyConfig, MlmError};
 use serde_json::Value;
 
@@ -36,16 +35,15 @@ pub fn dims<const D: usize>(value: &Value) -> [usize; D] {
     dims.try_into().expect("rank")
 }
 
-pub fn tensor<B: burn::tensor::backend::Backend, const D: usize>(
-    values: Vec<f32>,
-    shape: [usize; D],
-    device: &B::Device,
-) -> Tensor<B, D> {
+pub fn tensor<const D: usize>(values: Vec<f32>, shape: [usize; D], device: &Device) -> Tensor<D> {
     Tensor::from_data(TensorData::new(values, shape), device)
 }
 
-pub fn to_vec<B: burn::tensor::backend::Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
-    t.into_data().convert::<f32>().into_vec().expect("f32 data")
+pub fn to_vec<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .expect("f32 data")
 }
 
 /// `|actual - expected| <= max(rel * |expected|, abs)` elementwise, with the first offender named.
@@ -69,15 +67,12 @@ pub struct CaseResult {
     pub grad: Vec<f32>,
 }
 
-/// Runs one case of `cross_entropy.json` on `B`: forward and the gradient of the mean.
-pub fn run_cross_entropy_case<B: AutodiffBackend>(
-    case: &Value,
-    device: &B::Device,
-) -> Result<CaseResult, MlmError> {
+/// Runs one case of `cross_entropy.json` on `device`: forward and the gradient of the mean.
+pub fn run_cross_entropy_case(case: &Value, device: &Device) -> Result<CaseResult, MlmError> {
     let shape: [usize; 2] = dims(&case["shape"]);
-    let logits = tensor::<B, 2>(floats(&case["logits"]), shape, device).require_grad();
+    let logits = tensor::<2>(floats(&case["logits"]), shape, device).require_grad();
     let labels =
-        Tensor::<B, 1, Int>::from_data(TensorData::new(ints(&case["targets"]), [shape[0]]), device);
+        Tensor::<1, Int>::from_data(TensorData::new(ints(&case["targets"]), [shape[0]]), device);
     let loss = MaskedCrossEntropyConfig::new()
         .with_label_smoothing(case["label_smoothing"].as_f64().unwrap())
         .init()?;
@@ -95,4 +90,43 @@ pub fn run_cross_entropy_case<B: AutodiffBackend>(
         n_graded: out.n_graded,
         grad,
     })
+}
+
+/// Every case of `cross_entropy.json` on `device` against PyTorch's mean, sum, graded count
+/// and gradient of the mean, each within `rel` relative or `abs` absolute.
+pub fn assert_every_cross_entropy_case_matches_pytorch(
+    backend: &str,
+    device: &Device,
+    rel: f32,
+    abs: f32,
+) {
+    let reference = fixture("cross_entropy.json");
+    let cases = reference["cases"].as_array().unwrap();
+    assert!(cases.len() >= 11, "the fixture lost cases");
+    for case in cases {
+        let name = format!("{backend} {}", case["name"].as_str().unwrap());
+        let got = run_cross_entropy_case(case, device).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            got.n_graded as u64,
+            case["n_graded"].as_u64().unwrap(),
+            "{name}: n_graded"
+        );
+        let expected = |key: &str| case[key].as_f64().unwrap() as f32;
+        assert_close(
+            &format!("{name} mean"),
+            &[got.mean],
+            &[expected("loss_mean")],
+            rel,
+            abs,
+        );
+        assert_close(
+            &format!("{name} sum"),
+            &[got.sum],
+            &[expected("loss_sum")],
+            rel,
+            abs,
+        );
+        let expected_grad = floats(&case["grad_logits_of_mean"]);
+        assert_close(&format!("{name} grad"), &got.grad, &expected_grad, rel, abs);
+    }
 }

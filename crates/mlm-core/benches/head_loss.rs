@@ -1,5 +1,5 @@
-//! Head + loss, forward and backward, on `Autodiff<NdArray>` and `Autodiff<Flex>` (Burn's two
-//! CPU backends): BERT's transform, the decoder tied to a token embedding and the masked
+//! Head + loss, forward and backward, on ndarray and flex with autodiff (Burn's two CPU
+//! backends): BERT's transform, the decoder tied to a token embedding and the masked
 //! cross-entropy.
 //!
 //! Variants, on the same hidden states, weights and masked positions:
@@ -20,10 +20,8 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use burn::backend::{Autodiff, Flex, NdArray};
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{Distribution, ElementConversion, Int, Tensor, TensorData};
+use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use criterion::{BenchmarkId, Criterion, SamplingMode};
 use mlm_core::{MlmHead, MlmHeadConfig, masked_cross_entropy_with_labels};
 
@@ -75,20 +73,20 @@ impl Variant {
 }
 
 /// Inputs of one shape: hidden states, an embedding to tie to, the head, masked positions.
-struct Setup<B: AutodiffBackend> {
+struct Setup {
     backend: &'static str,
     shape: &'static Shape,
-    head: MlmHead<B>,
-    embedding: Tensor<B, 2>,
-    hidden: Tensor<B, 3>,
+    head: MlmHead,
+    embedding: Tensor<2>,
+    hidden: Tensor<3>,
     positions: Vec<i64>,
     targets: Vec<i64>,
 }
 
-impl<B: AutodiffBackend> Setup<B> {
+impl Setup {
     fn new(backend: &'static str, shape: &'static Shape) -> Self {
-        let device = Default::default();
-        <B as burn::tensor::backend::Backend>::seed(&device, 7);
+        let device = device(backend);
+        device.seed(7);
         let rows = shape.batch * shape.seq;
         let n_masked = (MASKED_SHARE * rows as f64).round() as usize;
         // Every `rows / n_masked`-th row is masked: spread over the batch like real masks.
@@ -138,7 +136,7 @@ impl<B: AutodiffBackend> Setup<B> {
         let device = self.hidden.device();
         let n = self.positions.len();
         let int = |values: Vec<i64>, len| {
-            Tensor::<B, 1, Int>::from_data(TensorData::new(values, [len]), &device)
+            Tensor::<1, Int>::from_data(TensorData::new(values, [len]), &device)
         };
         let tied = Some(self.embedding.clone());
         let loss = match variant {
@@ -172,7 +170,7 @@ impl<B: AutodiffBackend> Setup<B> {
                 }
             }
         };
-        let value = loss.clone().into_scalar().elem::<f32>();
+        let value = loss.clone().into_scalar::<f32>();
         black_box(loss.backward());
         value
     }
@@ -192,7 +190,7 @@ fn selected<T>(all: &'static [T], name: impl Fn(&T) -> &str) -> Vec<&'static T> 
     }
 }
 
-fn criterion_benches<B: AutodiffBackend>(c: &mut Criterion, setups: &[Setup<B>]) {
+fn criterion_benches(c: &mut Criterion, setups: &[Setup]) {
     for setup in setups {
         let mut group =
             c.benchmark_group(format!("head_loss/{}/{}", setup.shape.name, setup.backend));
@@ -213,10 +211,7 @@ fn criterion_benches<B: AutodiffBackend>(c: &mut Criterion, setups: &[Setup<B>])
 
 /// Median step time (of three, after one warm-up), peak memory and GFLOP/s per variant,
 /// appended to `rows`.
-fn measure_memory_and_throughput<B: AutodiffBackend>(
-    setups: &[Setup<B>],
-    rows: &mut Vec<serde_json::Value>,
-) {
+fn measure_memory_and_throughput(setups: &[Setup], rows: &mut Vec<serde_json::Value>) {
     for setup in setups {
         for variant in VARIANTS {
             let baseline = rss_mib("VmRSS:");
@@ -280,12 +275,8 @@ fn rss_mib(field: &str) -> Option<f64> {
 
 /// Criterion, then the memory and throughput rows, for every selected shape on backend `B`
 /// called `name`.
-fn bench_backend<B: AutodiffBackend>(
-    name: &'static str,
-    criterion: &mut Criterion,
-    rows: &mut Vec<serde_json::Value>,
-) {
-    let setups: Vec<Setup<B>> = selected(&SHAPES, |s| s.name)
+fn bench_backend(name: &'static str, criterion: &mut Criterion, rows: &mut Vec<serde_json::Value>) {
+    let setups: Vec<Setup> = selected(&SHAPES, |s| s.name)
         .into_iter()
         .map(|shape| Setup::new(name, shape))
         .collect();
@@ -293,14 +284,20 @@ fn bench_backend<B: AutodiffBackend>(
     measure_memory_and_throughput(&setups, rows);
 }
 
+/// The autodiff device of the backend `name` (`ndarray` or `flex`).
+#[allow(deprecated)]
+fn device(name: &str) -> Device {
+    match name {
+        "ndarray" => Device::ndarray().autodiff(),
+        _ => Device::flex().autodiff(),
+    }
+}
+
 fn main() {
     let mut criterion = Criterion::default().configure_from_args();
     let mut rows = Vec::new();
     for backend in selected(&["ndarray", "flex"], |name| name) {
-        match *backend {
-            "ndarray" => bench_backend::<Autodiff<NdArray>>(backend, &mut criterion, &mut rows),
-            _ => bench_backend::<Autodiff<Flex>>(backend, &mut criterion, &mut rows),
-        }
+        bench_backend(backend, &mut criterion, &mut rows);
     }
     criterion.final_summary();
     print_table(&rows);

@@ -15,7 +15,6 @@
 
 use burn::tensor::Tensor;
 use burn::tensor::activation::softmax;
-use burn::tensor::backend::Backend;
 
 /// The additive bias that hides a padding key: `exp(-1e9 − max)` is 0 in `f32`.
 pub const PADDING_BIAS: f64 = -1e9;
@@ -33,13 +32,13 @@ pub const PADDING_BIAS: f64 = -1e9;
 ///
 /// # Panics
 /// If `d_model` is not a multiple of `heads`, or the shapes disagree.
-pub fn multi_head_attention<B: Backend>(
-    query: Tensor<B, 3>,
-    key: Tensor<B, 3>,
-    value: Tensor<B, 3>,
-    key_bias: Tensor<B, 2>,
+pub fn multi_head_attention(
+    query: Tensor<3>,
+    key: Tensor<3>,
+    value: Tensor<3>,
+    key_bias: Tensor<2>,
     heads: usize,
-) -> Tensor<B, 3> {
+) -> Tensor<3> {
     let [batch, seq, d_model] = query.dims();
     assert!(
         heads > 0 && d_model % heads == 0,
@@ -56,30 +55,31 @@ pub fn multi_head_attention<B: Backend>(
     expect("value", &value.dims(), &[batch, seq, d_model]);
     expect("key_bias", &key_bias.dims(), &[batch, seq]);
     #[cfg(feature = "flex")]
-    let (query, key, value, key_bias) =
-        match crate::fused::flex_attention(query, key, value, key_bias, heads) {
-            Ok(context) => return context,
-            Err(inputs) => inputs,
-        };
+    if crate::fused::on_flex(
+        &query,
+        &[query.dtype(), key.dtype(), value.dtype(), key_bias.dtype()],
+    ) {
+        return crate::fused::flex_attention([query, key, value], key_bias, heads);
+    }
     composed(query, key, value, key_bias, heads)
 }
 
 /// [`multi_head_attention`] in plain tensor ops: the reference every backend without a
 /// kernel of its own runs.
-pub fn composed<B: Backend>(
-    query: Tensor<B, 3>,
-    key: Tensor<B, 3>,
-    value: Tensor<B, 3>,
-    key_bias: Tensor<B, 2>,
+pub fn composed(
+    query: Tensor<3>,
+    key: Tensor<3>,
+    value: Tensor<3>,
+    key_bias: Tensor<2>,
     heads: usize,
-) -> Tensor<B, 3> {
+) -> Tensor<3> {
     context(probabilities(query, key, key_bias, heads), value)
 }
 
 /// `probs [batch, heads, query, key]` applied to `value [batch, seq, d_model]`, heads merged
 /// back: `[batch, seq, d_model]`. With [`probabilities`], the two halves of [`composed`], for
 /// a model that puts dropout between them.
-pub fn context<B: Backend>(probs: Tensor<B, 4>, value: Tensor<B, 3>) -> Tensor<B, 3> {
+pub fn context(probs: Tensor<4>, value: Tensor<3>) -> Tensor<3> {
     let [batch, seq, d_model] = value.dims();
     let heads = probs.dims()[1];
     probs
@@ -90,12 +90,12 @@ pub fn context<B: Backend>(probs: Tensor<B, 4>, value: Tensor<B, 3>) -> Tensor<B
 
 /// The attention probabilities `[batch, heads, query, key]` (rows sum to 1) of
 /// [`composed`]; arguments as there.
-pub fn probabilities<B: Backend>(
-    query: Tensor<B, 3>,
-    key: Tensor<B, 3>,
-    key_bias: Tensor<B, 2>,
+pub fn probabilities(
+    query: Tensor<3>,
+    key: Tensor<3>,
+    key_bias: Tensor<2>,
     heads: usize,
-) -> Tensor<B, 4> {
+) -> Tensor<4> {
     let [batch, seq, d_model] = query.dims();
     let scores = split_heads(query, heads).matmul(split_heads(key, heads).transpose());
     softmax(
@@ -105,7 +105,7 @@ pub fn probabilities<B: Backend>(
 }
 
 /// `[batch, seq, d_model]` → `[batch, heads, seq, d_head]` (a view).
-fn split_heads<B: Backend>(x: Tensor<B, 3>, heads: usize) -> Tensor<B, 4> {
+fn split_heads(x: Tensor<3>, heads: usize) -> Tensor<4> {
     let [batch, seq, d_model] = x.dims();
     x.reshape([batch, seq, heads, d_model / heads])
         .swap_dims(1, 2)

@@ -9,7 +9,7 @@
 use burn::config::Config;
 use burn::module::{Initializer, Module, Param};
 use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
-use burn::tensor::backend::Backend;
+use burn::tensor::Device;
 use burn::tensor::{Int, Tensor};
 
 use crate::targets::check_positions;
@@ -26,12 +26,11 @@ use crate::{MaskedTargets, MlmError};
 ///
 /// # Shapes
 /// - input, output: `[...]`, elementwise.
-pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+pub fn gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     #[cfg(feature = "flex")]
-    let x = match crate::fused::flex_gelu(x) {
-        Ok(y) => return y,
-        Err(x) => x,
-    };
+    if crate::fused::on_flex(&x, &[x.dtype()]) {
+        return crate::fused::flex_gelu(x);
+    }
     x.clone() * ((x * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5
 }
 
@@ -48,12 +47,12 @@ pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
 ///
 /// # Panics
 /// If `gamma` or `beta` is not as long as `x`'s last dimension.
-pub fn layer_norm<B: Backend, const D: usize>(
-    x: Tensor<B, D>,
-    gamma: Tensor<B, 1>,
-    beta: Tensor<B, 1>,
+pub fn layer_norm<const D: usize>(
+    x: Tensor<D>,
+    gamma: Tensor<1>,
+    beta: Tensor<1>,
     epsilon: f64,
-) -> Tensor<B, D> {
+) -> Tensor<D> {
     let d = x.dims()[D - 1];
     let [gamma_len, beta_len] = [gamma.dims()[0], beta.dims()[0]];
     assert!(
@@ -61,10 +60,9 @@ pub fn layer_norm<B: Backend, const D: usize>(
         "layer_norm: gamma [{gamma_len}] and beta [{beta_len}] must both be [{d}], x's last dimension"
     );
     #[cfg(feature = "flex")]
-    let (x, gamma, beta) = match crate::fused::flex_layer_norm(x, gamma, beta, epsilon) {
-        Ok(y) => return y,
-        Err(inputs) => inputs,
-    };
+    if crate::fused::on_flex(&x, &[x.dtype(), gamma.dtype(), beta.dtype()]) {
+        return crate::fused::flex_layer_norm((x, gamma, beta), epsilon);
+    }
     let last = D - 1;
     let mut row = [1; D];
     row[last] = gamma.dims()[0];
@@ -96,16 +94,16 @@ pub struct MlmHeadConfig {
 
 /// BERT's `BertPredictionHeadTransform`: dense `[d_model → d_model]` → GELU (erf form) → LayerNorm.
 #[derive(Module, Debug)]
-pub struct MlmHeadTransform<B: Backend> {
+pub struct MlmHeadTransform {
     /// Dense layer; weight `[d_model, d_model]` stored `[in, out]` (PyTorch's is `[out, in]`).
-    pub dense: Linear<B>,
+    pub dense: Linear,
     /// LayerNorm over `d_model`: `gamma`/`beta` are Hugging Face's `weight`/`bias`.
-    pub layer_norm: LayerNorm<B>,
+    pub layer_norm: LayerNorm,
 }
 
-impl<B: Backend> MlmHeadTransform<B> {
+impl MlmHeadTransform {
     /// `[..., d_model]` → `[..., d_model]`.
-    pub fn forward<const D: usize>(&self, hidden: Tensor<B, D>) -> Tensor<B, D> {
+    pub fn forward<const D: usize>(&self, hidden: Tensor<D>) -> Tensor<D> {
         self.layer_norm.forward(gelu(self.dense.forward(hidden)))
     }
 }
@@ -117,13 +115,13 @@ impl<B: Backend> MlmHeadTransform<B> {
 /// parameter (`embedding.weight.val()`) so that the gradients of both uses add up in one
 /// parameter. Nothing is copied.
 #[derive(Module, Debug)]
-pub struct MlmHead<B: Backend> {
+pub struct MlmHead {
     /// The optional transform (dense → GELU → LayerNorm).
-    pub transform: Option<MlmHeadTransform<B>>,
+    pub transform: Option<MlmHeadTransform>,
     /// Own decoder weight `[vocab, d_model]` (PyTorch layout, as the embedding); `None` when tied.
-    pub decoder: Option<Param<Tensor<B, 2>>>,
+    pub decoder: Option<Param<Tensor<2>>>,
     /// Output bias `[vocab]`, initialised to 0.
-    pub bias: Param<Tensor<B, 1>>,
+    pub bias: Param<Tensor<1>>,
     d_model: usize,
     vocab_size: usize,
 }
@@ -133,7 +131,7 @@ impl MlmHeadConfig {
     ///
     /// # Panics
     /// If `d_model` or `vocab_size` is 0.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> MlmHead<B> {
+    pub fn init(&self, device: &Device) -> MlmHead {
         assert!(
             self.d_model > 0 && self.vocab_size > 0,
             "MlmHeadConfig: d_model ({}) and vocab_size ({}) must be positive",
@@ -170,7 +168,7 @@ impl MlmHeadConfig {
     }
 }
 
-impl<B: Backend> MlmHead<B> {
+impl MlmHead {
     /// Width of the hidden states this head reads.
     pub fn d_model(&self) -> usize {
         self.d_model
@@ -194,9 +192,9 @@ impl<B: Backend> MlmHead<B> {
     /// weight or an untied head gets one.
     pub fn forward<const D: usize>(
         &self,
-        hidden: Tensor<B, D>,
-        tied: Option<Tensor<B, 2>>,
-    ) -> Result<Tensor<B, D>, MlmError> {
+        hidden: Tensor<D>,
+        tied: Option<Tensor<2>>,
+    ) -> Result<Tensor<D>, MlmError> {
         let hidden_dims = hidden.dims();
         if D < 2 || hidden_dims[D - 1] != self.d_model {
             return Err(MlmError::ShapeMismatch {
@@ -235,15 +233,15 @@ impl<B: Backend> MlmHead<B> {
     /// outside `[0, batch * seq)`.
     pub fn forward_masked(
         &self,
-        hidden: Tensor<B, 3>,
-        positions: Tensor<B, 1, Int>,
-        tied: Option<Tensor<B, 2>>,
-    ) -> Result<Tensor<B, 2>, MlmError> {
+        hidden: Tensor<3>,
+        positions: Tensor<1, Int>,
+        tied: Option<Tensor<2>>,
+    ) -> Result<Tensor<2>, MlmError> {
         let [batch, seq, _] = hidden.dims();
         let host_positions = positions
             .to_data()
             .convert::<i64>()
-            .into_vec::<i64>()
+            .try_into_vec::<i64>()
             .expect("an Int tensor converts to i64");
         check_positions(&host_positions, batch * seq)?;
         self.gathered(hidden, positions, tied)
@@ -264,10 +262,10 @@ impl<B: Backend> MlmHead<B> {
     /// vocabulary.
     pub fn forward_targets(
         &self,
-        hidden: Tensor<B, 3>,
-        targets: &MaskedTargets<B>,
-        tied: Option<Tensor<B, 2>>,
-    ) -> Result<Tensor<B, 2>, MlmError> {
+        hidden: Tensor<3>,
+        targets: &MaskedTargets,
+        tied: Option<Tensor<2>>,
+    ) -> Result<Tensor<2>, MlmError> {
         let [batch, seq, d_model] = hidden.dims();
         if batch * seq != targets.n_rows() || targets.vocab_size() != self.vocab_size {
             return Err(MlmError::ShapeMismatch {
@@ -288,10 +286,10 @@ impl<B: Backend> MlmHead<B> {
     /// The head on the rows `positions` (each in range) of `hidden`.
     fn gathered(
         &self,
-        hidden: Tensor<B, 3>,
-        positions: Tensor<B, 1, Int>,
-        tied: Option<Tensor<B, 2>>,
-    ) -> Result<Tensor<B, 2>, MlmError> {
+        hidden: Tensor<3>,
+        positions: Tensor<1, Int>,
+        tied: Option<Tensor<2>>,
+    ) -> Result<Tensor<2>, MlmError> {
         let [batch, seq, d_model] = hidden.dims();
         let n_rows = batch * seq;
         let rows = hidden.reshape([n_rows, d_model]);
@@ -310,7 +308,7 @@ impl<B: Backend> MlmHead<B> {
         self.forward(rows.select(0, positions), tied)
     }
 
-    fn decoder_weight(&self, tied: Option<Tensor<B, 2>>) -> Result<Tensor<B, 2>, MlmError> {
+    fn decoder_weight(&self, tied: Option<Tensor<2>>) -> Result<Tensor<2>, MlmError> {
         match (&self.decoder, tied) {
             (Some(own), None) => Ok(own.val()),
             (None, Some(tied)) => {

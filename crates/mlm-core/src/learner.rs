@@ -12,9 +12,7 @@
 //! `examples/learner.rs` of the repository is a whole run.
 
 use burn::data::dataloader::batcher::Batcher;
-use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, Int, Tensor, TensorData, Transaction};
-use burn_flex::Flex;
+use burn::tensor::{Bool, Device, ExecutionError, Int, Tensor, TensorData};
 use burn_train::ItemLazy;
 use burn_train::metric::{AccuracyInput, Adaptor, LossInput, PerplexityInput};
 
@@ -82,27 +80,27 @@ fn content_key(sequences: &[Vec<u32>]) -> u64 {
 
 /// A padded, masked batch on the device, as [`MlmBatcher`] builds it.
 #[derive(Debug, Clone)]
-pub struct MlmBatch<B: Backend> {
+pub struct MlmBatch {
     /// Corrupted input ids, `[batch, seq]`, padded at the end with the pad token to the
     /// longest sequence of the batch.
-    pub input_ids: Tensor<B, 2, Int>,
+    pub input_ids: Tensor<2, Int>,
     /// `[batch, seq]`, `true` at padding: burn-nn's `mask_pad` convention
     /// (`TransformerEncoderInput::mask_pad`).
-    pub padding_mask: Tensor<B, 2, Bool>,
+    pub padding_mask: Tensor<2, Bool>,
     /// Flat indices `b * seq + s` of the masked positions, `[n_masked]`, row-major order:
     /// the `positions` of [`MlmHead::forward_masked`](crate::MlmHead::forward_masked).
-    pub masked_positions: Tensor<B, 1, Int>,
+    pub masked_positions: Tensor<1, Int>,
     /// The original token at each masked position, `[n_masked]`: the loss's targets.
-    pub targets: Tensor<B, 1, Int>,
+    pub targets: Tensor<1, Int>,
     /// `n_masked`, known on the host, so that no step has to read it back from the device.
     pub n_masked: usize,
 }
 
-impl<B: Backend> Batcher<B, Vec<u32>, MlmBatch<B>> for MlmBatcher {
+impl Batcher<Vec<u32>, MlmBatch> for MlmBatcher {
     /// # Panics
     /// If a token id is not below the masker's `vocab_size` (a `Batcher` cannot return an
     /// error; check your dataset with [`MlmBatcher::mask`] to get [`MlmError`] instead).
-    fn batch(&self, items: Vec<Vec<u32>>, device: &B::Device) -> MlmBatch<B> {
+    fn batch(&self, items: Vec<Vec<u32>>, device: &Device) -> MlmBatch {
         let masked = self
             .mask(&items)
             .unwrap_or_else(|e| panic!("MlmBatcher: {e}"));
@@ -145,22 +143,22 @@ impl<B: Backend> Batcher<B, Vec<u32>, MlmBatch<B>> for MlmBatcher {
 /// cannot take a batch of weight 0, so it enters them as one position of loss 0 that is
 /// predicted wrongly. `PerplexityMetric` skips it exactly.
 #[derive(Debug, Clone)]
-pub struct MlmOutput<B: Backend> {
+pub struct MlmOutput {
     /// The mean loss over the masked positions, `[1]`, in nats.
-    pub loss: Tensor<B, 1>,
+    pub loss: Tensor<1>,
     /// Logits of the masked positions, `[n_masked, vocab]`.
-    pub logits: Tensor<B, 2>,
+    pub logits: Tensor<2>,
     /// True tokens of the masked positions, `[n_masked]`.
-    pub targets: Tensor<B, 1, Int>,
+    pub targets: Tensor<1, Int>,
 }
 
-impl<B: Backend> MlmOutput<B> {
+impl MlmOutput {
     /// The output of a step from its masked logits, their targets and the loss
     /// ([`masked_cross_entropy`](crate::masked_cross_entropy) of the two).
     ///
     /// # Shapes
     /// - logits: `[n_masked, vocab]`; targets: `[n_masked]`; `loss.loss`: `[1]`.
-    pub fn new(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>, loss: &MlmLossOutput<B>) -> Self {
+    pub fn new(logits: Tensor<2>, targets: Tensor<1, Int>, loss: &MlmLossOutput) -> Self {
         Self {
             loss: loss.loss.clone(),
             logits,
@@ -173,7 +171,7 @@ impl<B: Backend> MlmOutput<B> {
     }
 
     /// One wrongly predicted row standing in for an empty batch (see the type's docs).
-    fn empty_stand_in(&self) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+    fn empty_stand_in(&self) -> (Tensor<2>, Tensor<1, Int>) {
         let [_, vocab] = self.logits.dims();
         let device = self.logits.device();
         // Argmax of a zero row is token 0; the target is any other token.
@@ -185,40 +183,30 @@ impl<B: Backend> MlmOutput<B> {
     }
 }
 
-/// burn-train computes metrics on the host: a step's output is read back in one
-/// [`Transaction`] (one device synchronisation per step, as for burn-train's own
-/// `ClassificationOutput`) into burn-flex, so that training and validation outputs, whatever
-/// their backends, feed the same metric types.
-impl<B: Backend> ItemLazy for MlmOutput<B> {
-    type ItemSync = MlmOutput<Flex>;
-
-    fn sync(self) -> MlmOutput<Flex> {
-        let [loss, logits, targets] = Transaction::default()
-            .register(self.loss)
-            .register(self.logits)
-            .register(self.targets)
-            .execute()
-            .try_into()
-            .expect("a transaction returns what it registered");
-        let device = Default::default();
-        MlmOutput {
-            loss: Tensor::from_data(loss, &device),
-            logits: Tensor::from_data(logits, &device),
-            targets: Tensor::from_data(targets, &device),
-        }
+/// burn-train 0.22 computes metrics on the step's own device: a step's output leaves the
+/// autodiff graph once the device has run its queue (as burn-train's own
+/// `ClassificationOutput` does), and each metric reads back only its scalars.
+impl ItemLazy for MlmOutput {
+    fn sync(self) -> Result<Self, ExecutionError> {
+        self.loss.device().flush()?;
+        Ok(Self {
+            loss: self.loss.inner(),
+            logits: self.logits.inner(),
+            targets: self.targets.inner(),
+        })
     }
 }
 
-impl<B: Backend> Adaptor<LossInput<B>> for MlmOutput<B> {
+impl Adaptor<LossInput> for MlmOutput {
     /// The mean loss repeated `n_masked` times: `LossMetric` weighs a batch by its length.
-    fn adapt(&self) -> LossInput<B> {
+    fn adapt(&self) -> LossInput {
         let n_masked = self.n_masked().max(1);
         LossInput::new(self.loss.clone().detach().expand([n_masked]))
     }
 }
 
-impl<B: Backend> Adaptor<AccuracyInput<B>> for MlmOutput<B> {
-    fn adapt(&self) -> AccuracyInput<B> {
+impl Adaptor<AccuracyInput> for MlmOutput {
+    fn adapt(&self) -> AccuracyInput {
         if self.n_masked() == 0 {
             let (logits, targets) = self.empty_stand_in();
             return AccuracyInput::new(logits, targets);
@@ -227,8 +215,8 @@ impl<B: Backend> Adaptor<AccuracyInput<B>> for MlmOutput<B> {
     }
 }
 
-impl<B: Backend> Adaptor<PerplexityInput<B>> for MlmOutput<B> {
-    fn adapt(&self) -> PerplexityInput<B> {
+impl Adaptor<PerplexityInput> for MlmOutput {
+    fn adapt(&self) -> PerplexityInput {
         PerplexityInput::new(self.logits.clone().detach(), self.targets.clone())
     }
 }
@@ -250,10 +238,10 @@ mod tests {
         assert_eq!(key(&[]), 0xcbf2_9ce4_8422_2325);
     }
 
-    fn output(logits: Vec<f32>, targets: Vec<i64>, vocab: usize) -> MlmOutput<Flex> {
-        let device = Default::default();
+    fn output(logits: Vec<f32>, targets: Vec<i64>, vocab: usize) -> MlmOutput {
+        let device = Device::flex();
         let n = targets.len();
-        let logits = Tensor::<Flex, 2>::from_data(TensorData::new(logits, [n, vocab]), &device);
+        let logits = Tensor::<2>::from_data(TensorData::new(logits, [n, vocab]), &device);
         let targets = Tensor::from_data(TensorData::new(targets, [n]), &device);
         let loss = crate::masked_cross_entropy_with_labels(logits.clone(), targets.clone())
             .expect("valid targets");
@@ -266,7 +254,7 @@ mod tests {
                 aggregated_value,
                 count,
             } => (aggregated_value, count),
-            NumericEntry::Value(value) => (value, 1),
+            NumericEntry::Value(value) | NumericEntry::Final(value) => (value, 1),
         }
     }
 
@@ -276,13 +264,8 @@ mod tests {
         use burn_train::metric::{
             AccuracyMetric, LossMetric, Metric, MetricMetadata, Numeric, PerplexityMetric,
         };
-        let progress = Progress {
-            items_processed: 1,
-            items_total: 1,
-        };
         let meta = MetricMetadata {
-            progress: progress.clone(),
-            global_progress: progress,
+            progress: Progress::new(1, 1, None),
             iteration: Some(1),
             lr: None,
         };
@@ -295,17 +278,22 @@ mod tests {
             PerplexityMetric::new(),
         );
         for batch in [&full, &empty] {
-            loss.update(&batch.adapt(), &meta);
-            accuracy.update(&batch.adapt(), &meta);
-            perplexity.update(&batch.adapt(), &meta);
+            loss.update(&batch.adapt(), &meta).expect("a loss");
+            accuracy.update(&batch.adapt(), &meta).expect("an accuracy");
+            perplexity
+                .update(&batch.adapt(), &meta)
+                .expect("a perplexity");
         }
         let e = std::f64::consts::E;
         let full_loss = ((e + 1.0).ln() - 1.0 + (e + 1.0).ln()) / 2.0;
-        let (value, count) = aggregated(loss.running_value());
+        let (value, count) = aggregated(loss.running_value().expect("a running loss"));
         assert_eq!(count, 3, "two masked rows and the stand-in");
         assert!((value - 2.0 * full_loss / 3.0).abs() < 1e-6, "{value}");
-        assert_eq!(aggregated(accuracy.running_value()), (100.0 / 3.0, 3));
-        let (value, count) = aggregated(perplexity.value());
+        assert_eq!(
+            aggregated(accuracy.running_value().expect("a running accuracy")),
+            (100.0 / 3.0, 3)
+        );
+        let (value, count) = aggregated(perplexity.running_value().expect("a running perplexity"));
         assert_eq!(count, 2, "perplexity skips the empty batch");
         assert!((value - full_loss.exp()).abs() < 1e-5, "{value}");
     }

@@ -1,7 +1,7 @@
 //! # mlm-core
 //!
-//! The masked-language-model (MLM) objective of BERT for any Burn backend: the
-//! head, the loss and the input corruption, each one step of one pipeline.
+//! The masked-language-model (MLM) objective of BERT for Burn 0.22, on every device it
+//! dispatches to: the head, the loss and the input corruption, each one step of one pipeline.
 //!
 //! ```text
 //! token ids ──corrupt 80/10/10──▶ input ids + labels                       masking::Masker

@@ -18,8 +18,7 @@
 
 use burn::config::Config;
 use burn::module::Module;
-use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, DType, ElementConversion, FloatDType, Int, Tensor, TensorData};
+use burn::tensor::{Bool, DType, FloatDType, Int, Tensor, TensorData};
 
 use crate::fused::{CrossEntropySum, cross_entropy_sum};
 use crate::{MaskedTargets, MlmError};
@@ -41,27 +40,27 @@ pub enum Reduction {
 /// `loss_sum` and `n_graded` are what gradient accumulation and multi-device runs
 /// add up: the global loss is `Σ loss_sum / Σ n_graded`, never a mean of means.
 #[derive(Debug, Clone)]
-pub struct MlmLossOutput<B: Backend> {
+pub struct MlmLossOutput {
     /// The reduced loss, shape `[1]`, in nats, differentiable; the mean unless the
     /// configuration asked for [`Reduction::Sum`]. Exactly `0` when `n_graded == 0`.
-    pub loss: Tensor<B, 1>,
+    pub loss: Tensor<1>,
     /// Sum of the per-position losses, shape `[1]`, in nats, differentiable.
-    pub loss_sum: Tensor<B, 1>,
+    pub loss_sum: Tensor<1>,
     /// Number of graded (masked) positions `|M|`.
     pub n_graded: usize,
     /// Number of graded positions whose argmax logit is the true token (first index wins
     /// ties), shape `[1]`: a tensor, so that counting stalls no device queue.
-    pub n_correct: Tensor<B, 1, Int>,
+    pub n_correct: Tensor<1, Int>,
 }
 
-impl<B: Backend> MlmLossOutput<B> {
+impl MlmLossOutput {
     /// Fraction of graded positions predicted correctly, `n_correct / n_graded` (0 when
     /// none). Reads `n_correct` back from the device.
     pub fn accuracy(&self) -> f64 {
         if self.n_graded == 0 {
             0.0
         } else {
-            self.n_correct.clone().into_scalar().elem::<i64>() as f64 / self.n_graded as f64
+            self.n_correct.clone().into_scalar::<i64>() as f64 / self.n_graded as f64
         }
     }
 }
@@ -101,7 +100,7 @@ impl MaskedCrossEntropyConfig {
 ///
 /// A thin wrapper over the same computation as [`masked_cross_entropy`] that adds
 /// label smoothing and the reduction choice. Build it with [`MaskedCrossEntropyConfig`].
-#[derive(Module, Debug, Clone)]
+#[derive(Module, Debug)]
 pub struct MaskedCrossEntropy {
     label_smoothing: f64,
     sum_reduction: bool,
@@ -117,11 +116,11 @@ impl MaskedCrossEntropy {
     /// # Errors
     /// [`MlmError::ShapeMismatch`] if the shapes disagree; [`MlmError::LabelOutOfRange`]
     /// if a label is neither `-100` nor in `[0, vocab)`.
-    pub fn forward_labels<B: Backend, const D: usize, const L: usize>(
+    pub fn forward_labels<const D: usize, const L: usize>(
         &self,
-        logits: Tensor<B, D>,
-        labels: Tensor<B, L, Int>,
-    ) -> Result<MlmLossOutput<B>, MlmError> {
+        logits: Tensor<D>,
+        labels: Tensor<L, Int>,
+    ) -> Result<MlmLossOutput, MlmError> {
         let rows = check_label_shape(&logits, &labels.dims(), "labels")?;
         let labels = host_ints(labels.into_data());
         self.graded(flatten_rows(logits, rows), labels)
@@ -138,19 +137,19 @@ impl MaskedCrossEntropy {
     /// # Errors
     /// [`MlmError::ShapeMismatch`] if the shapes disagree; [`MlmError::LabelOutOfRange`]
     /// if a graded target is outside `[0, vocab)`.
-    pub fn forward<B: Backend, const D: usize, const L: usize>(
+    pub fn forward<const D: usize, const L: usize>(
         &self,
-        logits: Tensor<B, D>,
-        targets: Tensor<B, L, Int>,
-        mask: Tensor<B, L, Bool>,
-    ) -> Result<MlmLossOutput<B>, MlmError> {
+        logits: Tensor<D>,
+        targets: Tensor<L, Int>,
+        mask: Tensor<L, Bool>,
+    ) -> Result<MlmLossOutput, MlmError> {
         let rows = check_label_shape(&logits, &targets.dims(), "targets")?;
         check_label_shape(&logits, &mask.dims(), "mask")?;
         let targets = host_ints(targets.into_data());
         let graded = mask
             .into_data()
             .convert::<bool>()
-            .into_vec::<bool>()
+            .try_into_vec::<bool>()
             .expect("a Bool tensor converts to bool");
         let labels = targets
             .into_iter()
@@ -172,11 +171,11 @@ impl MaskedCrossEntropy {
     /// # Errors
     /// [`MlmError::ShapeMismatch`] if the logits are not `[targets.len(),
     /// targets.vocab_size()]`.
-    pub fn forward_targets<B: Backend>(
+    pub fn forward_targets(
         &self,
-        logits: Tensor<B, 2>,
-        targets: &MaskedTargets<B>,
-    ) -> Result<MlmLossOutput<B>, MlmError> {
+        logits: Tensor<2>,
+        targets: &MaskedTargets,
+    ) -> Result<MlmLossOutput, MlmError> {
         let dims = logits.dims();
         if dims != [targets.len(), targets.vocab_size()] {
             return Err(MlmError::ShapeMismatch {
@@ -197,11 +196,7 @@ impl MaskedCrossEntropy {
 
     /// The computation shared by the label entry points: validate on the host, gather the
     /// graded rows, then [`reduced`](Self::reduced).
-    fn graded<B: Backend>(
-        &self,
-        logits: Tensor<B, 2>,
-        labels: Vec<i64>,
-    ) -> Result<MlmLossOutput<B>, MlmError> {
+    fn graded(&self, logits: Tensor<2>, labels: Vec<i64>) -> Result<MlmLossOutput, MlmError> {
         let [n_rows, vocab_size] = logits.dims();
         let device = logits.device();
         let mut rows = Vec::new();
@@ -240,12 +235,12 @@ impl MaskedCrossEntropy {
 
     /// log-softmax → pick the true token → negate → reduce, over `n_graded ≥ 1` rows that
     /// are all graded.
-    fn reduced<B: Backend>(
+    fn reduced(
         &self,
-        graded_logits: Tensor<B, 2>,
-        targets: Tensor<B, 1, Int>,
+        graded_logits: Tensor<2>,
+        targets: Tensor<1, Int>,
         n_graded: usize,
-    ) -> MlmLossOutput<B> {
+    ) -> MlmLossOutput {
         // Σ over M of -log p(true token), with its gradient from the same sweep (fused.rs).
         let CrossEntropySum {
             loss_sum,
@@ -267,12 +262,12 @@ impl MaskedCrossEntropy {
 }
 
 /// The loss of logits with no graded row: exactly 0, with a zero gradient.
-fn no_graded_row<B: Backend>(logits: Tensor<B, 2>) -> MlmLossOutput<B> {
+fn no_graded_row(logits: Tensor<2>) -> MlmLossOutput {
     // Keep the logits in the graph so that `backward` yields a zero gradient (not a
     // missing one); `mask_fill` passes no gradient to filled entries and replaces inf/NaN,
     // so the result is an exact 0.
     let device = logits.device();
-    let all = Tensor::<B, 2, Bool>::full(logits.dims(), true, &device);
+    let all = Tensor::<2, Bool>::full(logits.dims(), true, &device);
     let zero = to_f32(logits).mask_fill(all, 0.0).sum();
     MlmLossOutput {
         loss: zero.clone(),
@@ -283,7 +278,7 @@ fn no_graded_row<B: Backend>(logits: Tensor<B, 2>) -> MlmLossOutput<B> {
 }
 
 /// f16/bf16 logits lose too much in exp/log: the loss is always computed in f32.
-fn to_f32<B: Backend>(logits: Tensor<B, 2>) -> Tensor<B, 2> {
+fn to_f32(logits: Tensor<2>) -> Tensor<2> {
     match logits.dtype() {
         DType::F16 | DType::BF16 => logits.cast(FloatDType::F32),
         _ => logits,
@@ -310,11 +305,11 @@ impl Default for MaskedCrossEntropy {
 ///
 /// # Errors
 /// [`MlmError::ShapeMismatch`], [`MlmError::LabelOutOfRange`]; see [`MaskedCrossEntropy::forward`].
-pub fn masked_cross_entropy<B: Backend, const D: usize, const L: usize>(
-    logits: Tensor<B, D>,
-    targets: Tensor<B, L, Int>,
-    mask: Tensor<B, L, Bool>,
-) -> Result<MlmLossOutput<B>, MlmError> {
+pub fn masked_cross_entropy<const D: usize, const L: usize>(
+    logits: Tensor<D>,
+    targets: Tensor<L, Int>,
+    mask: Tensor<L, Bool>,
+) -> Result<MlmLossOutput, MlmError> {
     MaskedCrossEntropy::default().forward(logits, targets, mask)
 }
 
@@ -325,16 +320,16 @@ pub fn masked_cross_entropy<B: Backend, const D: usize, const L: usize>(
 ///
 /// # Errors
 /// [`MlmError::ShapeMismatch`], [`MlmError::LabelOutOfRange`]; see [`MaskedCrossEntropy::forward_labels`].
-pub fn masked_cross_entropy_with_labels<B: Backend, const D: usize, const L: usize>(
-    logits: Tensor<B, D>,
-    labels: Tensor<B, L, Int>,
-) -> Result<MlmLossOutput<B>, MlmError> {
+pub fn masked_cross_entropy_with_labels<const D: usize, const L: usize>(
+    logits: Tensor<D>,
+    labels: Tensor<L, Int>,
+) -> Result<MlmLossOutput, MlmError> {
     MaskedCrossEntropy::default().forward_labels(logits, labels)
 }
 
 /// Checks that `label_dims` is `logits`' shape without its last dimension; returns the row count.
-fn check_label_shape<B: Backend, const D: usize>(
-    logits: &Tensor<B, D>,
+fn check_label_shape<const D: usize>(
+    logits: &Tensor<D>,
     label_dims: &[usize],
     what: &'static str,
 ) -> Result<usize, MlmError> {
@@ -351,7 +346,7 @@ fn check_label_shape<B: Backend, const D: usize>(
 }
 
 /// `[..., vocab]` → `[rows, vocab]`.
-fn flatten_rows<B: Backend, const D: usize>(logits: Tensor<B, D>, rows: usize) -> Tensor<B, 2> {
+fn flatten_rows<const D: usize>(logits: Tensor<D>, rows: usize) -> Tensor<2> {
     let vocab = logits.dims()[D - 1];
     logits.reshape([rows, vocab])
 }
@@ -359,6 +354,6 @@ fn flatten_rows<B: Backend, const D: usize>(logits: Tensor<B, D>, rows: usize) -
 /// Reads an Int tensor's data as `i64` whatever the backend's Int dtype.
 fn host_ints(data: TensorData) -> Vec<i64> {
     data.convert::<i64>()
-        .into_vec::<i64>()
+        .try_into_vec::<i64>()
         .expect("an Int tensor converts to i64")
 }

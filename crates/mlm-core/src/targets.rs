@@ -8,7 +8,7 @@
 //! are still on the host (where the masker made them), so the training step reads nothing
 //! back from the device.
 
-use burn::tensor::backend::Backend;
+use burn::tensor::Device;
 use burn::tensor::{Int, Tensor, TensorData};
 
 use crate::MlmError;
@@ -22,14 +22,14 @@ use crate::MlmError;
 /// [`MaskedBatch::flat_positions`]: crate::MaskedBatch::flat_positions
 /// [`MaskedBatch::masked_targets`]: crate::MaskedBatch::masked_targets
 #[derive(Debug, Clone)]
-pub struct MaskedTargets<B: Backend> {
-    positions: Tensor<B, 1, Int>,
-    targets: Tensor<B, 1, Int>,
+pub struct MaskedTargets {
+    positions: Tensor<1, Int>,
+    targets: Tensor<1, Int>,
     n_rows: usize,
     vocab_size: usize,
 }
 
-impl<B: Backend> MaskedTargets<B> {
+impl MaskedTargets {
     /// Checks `positions` (flat indices `b * seq + s` into `n_rows = batch * seq` rows of
     /// hidden states) and `targets` (true token ids in `[0, vocab_size)`) on the host, then
     /// uploads them to `device`. Either may be empty (nothing masked).
@@ -46,7 +46,7 @@ impl<B: Backend> MaskedTargets<B> {
         targets: &[i64],
         n_rows: usize,
         vocab_size: usize,
-        device: &B::Device,
+        device: &Device,
     ) -> Result<Self, MlmError> {
         if positions.len() != targets.len() {
             return Err(MlmError::ShapeMismatch {
@@ -79,12 +79,12 @@ impl<B: Backend> MaskedTargets<B> {
     }
 
     /// The flat positions `b * seq + s`, `[n_masked]`, each in `[0, n_rows)`.
-    pub fn positions(&self) -> &Tensor<B, 1, Int> {
+    pub fn positions(&self) -> &Tensor<1, Int> {
         &self.positions
     }
 
     /// The true token at each position, `[n_masked]`, each in `[0, vocab_size)`.
-    pub fn targets(&self) -> &Tensor<B, 1, Int> {
+    pub fn targets(&self) -> &Tensor<1, Int> {
         &self.targets
     }
 
@@ -126,13 +126,12 @@ pub(crate) fn check_positions(positions: &[i64], n_rows: usize) -> Result<(), Ml
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::backend::NdArray;
 
-    type T = MaskedTargets<NdArray>;
+    type T = MaskedTargets;
 
     #[test]
     fn each_out_of_range_entry_is_refused_by_name() {
-        let device = Default::default();
+        let device = Device::flex();
         assert_eq!(
             T::new(&[0, 6], &[1, 2], 6, 10, &device).unwrap_err(),
             MlmError::PositionOutOfRange {
@@ -161,7 +160,12 @@ mod tests {
         ));
         let ok = T::new(&[5, 0], &[9, 0], 6, 10, &device).unwrap();
         assert_eq!((ok.len(), ok.n_rows(), ok.vocab_size()), (2, 6, 10));
-        let positions: Vec<i64> = ok.positions().to_data().convert::<i64>().to_vec().unwrap();
+        let positions: Vec<i64> = ok
+            .positions()
+            .to_data()
+            .convert::<i64>()
+            .try_to_vec::<i64>()
+            .unwrap();
         assert_eq!(positions, [5, 0]);
         assert!(T::new(&[], &[], 0, 10, &device).unwrap().is_empty());
     }

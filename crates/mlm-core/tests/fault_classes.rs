@@ -1,42 +1,45 @@
 //! Public fault classes of MLM stacks, replayed with their expected values, and the bad
 //! inputs of `docs/RELIABILITY.md` that no other test file covers.
 
-use burn::backend::{Autodiff, NdArray};
 use burn::module::Param;
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::tensor::{Bool, Distribution, ElementConversion, Int, Tensor, TensorData};
+use burn::tensor::Device;
+use burn::tensor::{Bool, Distribution, Int, Tensor, TensorData};
 use mlm_core::{
     IGNORE_INDEX, MaskedCrossEntropyConfig, Masker, MaskingConfig, MlmError, MlmHeadConfig,
     masked_cross_entropy, masked_cross_entropy_with_labels,
 };
 
-type B = Autodiff<NdArray>;
+/// The reference CPU backend with autodiff (flex; Burn 0.22 deprecates ndarray).
+fn device() -> Device {
+    Device::flex().autodiff()
+}
 
-fn logits(rows: &[&[f32]]) -> Tensor<B, 2> {
+fn logits(rows: &[&[f32]]) -> Tensor<2> {
     let flat: Vec<f32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
     Tensor::from_data(
         TensorData::new(flat, [rows.len(), rows[0].len()]),
-        &Default::default(),
+        &device(),
     )
 }
 
-fn labels(values: &[i64]) -> Tensor<B, 1, Int> {
-    Tensor::from_data(
-        TensorData::new(values.to_vec(), [values.len()]),
-        &Default::default(),
-    )
+fn labels(values: &[i64]) -> Tensor<1, Int> {
+    Tensor::from_data(TensorData::new(values.to_vec(), [values.len()]), &device())
 }
 
-fn count(t: Tensor<B, 1, Int>) -> i64 {
-    t.into_scalar().elem()
+fn count(t: Tensor<1, Int>) -> i64 {
+    t.into_scalar::<i64>()
 }
 
-fn scalar(t: Tensor<B, 1>) -> f64 {
-    t.into_scalar().elem::<f64>()
+fn scalar(t: Tensor<1>) -> f64 {
+    t.into_scalar::<f64>()
 }
 
-fn values<const D: usize>(t: Tensor<NdArray, D>) -> Vec<f32> {
-    t.into_data().convert::<f32>().into_vec().unwrap()
+fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .unwrap()
 }
 
 // ── bert-base-uncased's vocabulary layout ────────────────────────────────────────────
@@ -85,7 +88,7 @@ fn bert_sequence(words: usize, pads: usize, salt: u32) -> Vec<u32> {
 fn no_token_masked_gives_loss_0_gradient_0_count_0() {
     // An all-padding (or all-special) batch: the masker selects nothing, the head gets no
     // row, and the loss is 0 with a zero (not missing, not NaN) gradient on the weights.
-    let device = Default::default();
+    let device = device();
     let mut masker = bert_base_masker(0);
     let batch = masker
         .mask(&[
@@ -97,15 +100,15 @@ fn no_token_masked_gives_loss_0_gradient_0_count_0() {
     assert!(batch.labels.iter().flatten().all(|&l| l == IGNORE_INDEX));
 
     let (d_model, vocab) = (8, 13);
-    let embedding: Param<Tensor<B, 2>> = Param::from_tensor(Tensor::random(
+    let embedding: Param<Tensor<2>> = Param::from_tensor(Tensor::random(
         [vocab, d_model],
         Distribution::Default,
         &device,
     ));
     let hidden = embedding.val().narrow(0, 0, 12).reshape([2, 6, d_model]);
-    let head = MlmHeadConfig::new(d_model, vocab).init::<B>(&device);
+    let head = MlmHeadConfig::new(d_model, vocab).init(&device);
     let positions =
-        Tensor::<B, 1, Int>::from_data(TensorData::new(batch.flat_positions(6), [0]), &device);
+        Tensor::<1, Int>::from_data(TensorData::new(batch.flat_positions(6), [0]), &device);
     let z = head
         .forward_masked(hidden, positions, Some(embedding.val()))
         .unwrap();
@@ -261,21 +264,26 @@ fn label_smoothing_is_applied_over_graded_rows_only() {
 
 #[test]
 fn a_graded_padding_id_counts_in_the_mean_unlike_burns_pad_tokens() {
-    // Id 1 is the padding id, but our mask grades that row: mean over 2 rows of ln 2.
-    let z = || logits(&[&[0.0, 0.0], &[0.0, 0.0]]);
+    // Id 1 is the padding id, but our mask grades that row: the mean over both rows of
+    // ln 2 and ln(1 + e³).
+    let z = || logits(&[&[0.0, 0.0], &[3.0, 0.0]]);
     let ours = scalar(
         masked_cross_entropy_with_labels(z(), labels(&[0, 1]))
             .unwrap()
             .loss,
     );
-    assert!((ours - std::f64::consts::LN_2).abs() < 1e-6, "{ours}");
-    // burn 0.21's `pad_tokens` zeroes that row's loss but still divides by 2 rows.
+    let both = (std::f64::consts::LN_2 + (1.0 + 3f64.exp()).ln()) / 2.0;
+    assert!((ours - both).abs() < 1e-6, "{ours} vs {both}");
+    // burn 0.22's `pad_tokens` leaves that row out of the sum and of the count: ln 2.
     let burn_loss = CrossEntropyLossConfig::new()
         .with_pad_tokens(Some(vec![1]))
-        .init::<B>(&Default::default())
+        .init(&device())
         .forward(z(), labels(&[0, 1]));
     let burn_loss = scalar(burn_loss);
-    assert!((burn_loss - 0.346_574).abs() < 1e-5, "{burn_loss}");
+    assert!(
+        (burn_loss - std::f64::consts::LN_2).abs() < 1e-6,
+        "{burn_loss}"
+    );
 }
 
 // ── bad inputs not covered elsewhere ─────────────────────────────────────────────────
@@ -313,11 +321,11 @@ fn empty_batch_gives_zero_loss_and_no_prediction() {
     let batch = masker.mask(&[vec![]]).unwrap();
     assert_eq!(batch.input_ids, vec![Vec::<u32>::new()]);
     // A head on hidden states of zero sequences returns zero rows of logits.
-    let device = Default::default();
+    let device = device();
     let head = MlmHeadConfig::new(4, 5)
         .with_tie_word_embeddings(false)
-        .init::<B>(&device);
-    let none = Tensor::<B, 1, Int>::from_data(TensorData::new(Vec::<i64>::new(), [0]), &device);
+        .init(&device);
+    let none = Tensor::<1, Int>::from_data(TensorData::new(Vec::<i64>::new(), [0]), &device);
     let z = head
         .forward_masked(Tensor::zeros([0, 6, 4], &device), none, None)
         .unwrap();
@@ -330,9 +338,8 @@ fn empty_batch_gives_zero_loss_and_no_prediction() {
 #[test]
 fn targets_and_mask_must_have_the_logits_row_shape() {
     let z = || logits(&[&[0.0, 1.0], &[1.0, 0.0]]);
-    let mask = |n: usize| {
-        Tensor::<B, 1, Bool>::from_data(TensorData::new(vec![true; n], [n]), &Default::default())
-    };
+    let mask =
+        |n: usize| Tensor::<1, Bool>::from_data(TensorData::new(vec![true; n], [n]), &device());
     let what = |err: MlmError| match err {
         MlmError::ShapeMismatch { what, actual, .. } => (what, actual),
         other => panic!("{other}"),
@@ -354,7 +361,7 @@ fn vocabularies_of_size_0_and_1() {
         masked_cross_entropy_with_labels(logits(&[&[3.0], &[-7.0]]), labels(&[0, 0])).unwrap();
     assert_eq!((scalar(out.loss), count(out.n_correct)), (0.0, 2));
     // No class: any graded label is out of range; nothing graded is still loss 0.
-    let empty: Tensor<B, 2> = Tensor::zeros([2, 0], &Default::default());
+    let empty: Tensor<2> = Tensor::zeros([2, 0], &device());
     assert_eq!(
         masked_cross_entropy_with_labels(empty.clone(), labels(&[IGNORE_INDEX, 0])).unwrap_err(),
         MlmError::LabelOutOfRange {
@@ -383,7 +390,7 @@ fn vocabularies_of_size_0_and_1() {
 #[test]
 #[should_panic(expected = "d_model (8) and vocab_size (0) must be positive")]
 fn a_head_over_an_empty_vocabulary_is_refused_at_construction() {
-    let _ = MlmHeadConfig::new(8, 0).init::<B>(&Default::default());
+    let _ = MlmHeadConfig::new(8, 0).init(&device());
 }
 
 /// A γ shorter than the rows: the flex kernel would have normalised chunks of 4 values
@@ -391,9 +398,8 @@ fn a_head_over_an_empty_vocabulary_is_refused_at_construction() {
 #[test]
 #[should_panic(expected = "layer_norm: gamma [4] and beta [8] must both be [8]")]
 fn a_layer_norm_with_a_gamma_of_the_wrong_length_is_refused_on_flex() {
-    type F = Autodiff<burn::backend::Flex>;
-    let device = Default::default();
-    let x = Tensor::<F, 3>::ones([2, 5, 8], &device);
+    let device = device();
+    let x = Tensor::<3>::ones([2, 5, 8], &device);
     let _ = mlm_core::layer_norm(
         x,
         Tensor::ones([4], &device),
@@ -405,9 +411,8 @@ fn a_layer_norm_with_a_gamma_of_the_wrong_length_is_refused_on_flex() {
 #[test]
 #[should_panic(expected = "multi_head_attention: key_bias is [5, 2], expected [2, 5]")]
 fn attention_with_a_transposed_key_bias_is_refused_on_flex() {
-    type F = Autodiff<burn::backend::Flex>;
-    let device = Default::default();
-    let q = Tensor::<F, 3>::ones([2, 5, 8], &device);
+    let device = device();
+    let q = Tensor::<3>::ones([2, 5, 8], &device);
     let bias = Tensor::zeros([5, 2], &device);
     let _ = mlm_core::multi_head_attention(q.clone(), q.clone(), q, bias, 2);
 }

@@ -1,34 +1,37 @@
 //! The MLM head: shapes of every rank, sparse = dense rows, true weight tying
 //! (one parameter receives the gradient of both uses), and typed errors.
 
-use burn::backend::{Autodiff, NdArray};
 use burn::module::Param;
 use burn::nn::{Embedding, EmbeddingConfig};
-use burn::tensor::{Distribution, ElementConversion, Int, Tensor, TensorData};
+use burn::tensor::Device;
+use burn::tensor::{Distribution, Int, Tensor, TensorData};
 use mlm_core::{
     MaskedCrossEntropy, MaskedTargets, MlmError, MlmHeadConfig, masked_cross_entropy_with_labels,
 };
 
-type B = Autodiff<NdArray>;
-
-fn hidden<const D: usize>(shape: [usize; D]) -> Tensor<B, D> {
-    Tensor::random(shape, Distribution::Normal(0.0, 1.0), &Default::default())
+/// The reference CPU backend with autodiff (flex; Burn 0.22 deprecates ndarray).
+fn device() -> Device {
+    Device::flex().autodiff()
 }
 
-fn ints<const D: usize>(values: Vec<i64>, shape: [usize; D]) -> Tensor<B, D, Int> {
-    Tensor::from_data(TensorData::new(values, shape), &Default::default())
+fn hidden<const D: usize>(shape: [usize; D]) -> Tensor<D> {
+    Tensor::random(shape, Distribution::Normal(0.0, 1.0), &device())
 }
 
-fn values<const D: usize>(t: Tensor<NdArray, D>) -> Vec<f32> {
-    t.into_data().into_vec().unwrap()
+fn ints<const D: usize>(values: Vec<i64>, shape: [usize; D]) -> Tensor<D, Int> {
+    Tensor::from_data(TensorData::new(values, shape), &device())
+}
+
+fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data().try_into_vec::<f32>().unwrap()
 }
 
 #[test]
 fn forward_keeps_leading_dimensions_for_any_rank() {
-    let device = Default::default();
+    let device = device();
     let head = MlmHeadConfig::new(8, 11)
         .with_tie_word_embeddings(false)
-        .init::<B>(&device);
+        .init(&device);
     assert_eq!(head.forward(hidden([5, 8]), None).unwrap().dims(), [5, 11]);
     assert_eq!(
         head.forward(hidden([2, 3, 8]), None).unwrap().dims(),
@@ -41,14 +44,14 @@ fn forward_keeps_leading_dimensions_for_any_rank() {
     let plain = MlmHeadConfig::new(8, 11)
         .with_transform(false)
         .with_tie_word_embeddings(false);
-    let plain = plain.init::<B>(&device);
+    let plain = plain.init(&device);
     assert!(plain.transform.is_none());
     assert_eq!(plain.forward(hidden([3, 8]), None).unwrap().dims(), [3, 11]);
 }
 
 #[test]
 fn forward_masked_gives_the_dense_rows_at_the_positions() {
-    let head = MlmHeadConfig::new(8, 13).init::<B>(&Default::default());
+    let head = MlmHeadConfig::new(8, 13).init(&device());
     let embedding = hidden([13, 8]);
     let h = hidden([3, 4, 8]);
     let dense = head.forward(h.clone(), Some(embedding.clone())).unwrap();
@@ -63,12 +66,12 @@ fn forward_masked_gives_the_dense_rows_at_the_positions() {
 
 #[test]
 fn checked_targets_give_the_position_path_s_logits_loss_and_gradients_and_refuse_other_shapes() {
-    let device = Default::default();
-    let head = MlmHeadConfig::new(8, 13).init::<B>(&device);
+    let device = device();
+    let head = MlmHeadConfig::new(8, 13).init(&device);
     let embedding = hidden([13, 8]);
     let (positions, true_tokens) = (vec![11i64, 0, 5, 6], vec![3i64, 12, 0, 7]);
     let run = |by_targets: bool| {
-        let h: Tensor<B, 3> = Tensor::from_data(h_values(), &device).require_grad();
+        let h: Tensor<3> = Tensor::from_data(h_values(), &device).require_grad();
         let (logits, out) = if by_targets {
             let targets = MaskedTargets::new(&positions, &true_tokens, 12, 13, &device).unwrap();
             let logits = head
@@ -91,7 +94,7 @@ fn checked_targets_give_the_position_path_s_logits_loss_and_gradients_and_refuse
                     .unwrap();
             (logits, out)
         };
-        let correct: i64 = out.n_correct.clone().into_scalar().elem();
+        let correct: i64 = out.n_correct.clone().into_scalar::<i64>();
         let grad = values(h.grad(&out.loss.backward()).unwrap());
         (
             values(logits.inner()),
@@ -103,13 +106,13 @@ fn checked_targets_give_the_position_path_s_logits_loss_and_gradients_and_refuse
     // The same numbers bit for bit: one gather, one loss kernel.
     assert_eq!(run(true), run(false));
 
-    let targets = MaskedTargets::<B>::new(&positions, &true_tokens, 12, 13, &device).unwrap();
+    let targets = MaskedTargets::new(&positions, &true_tokens, 12, 13, &device).unwrap();
     let refused = head.forward_targets(hidden([4, 4, 8]), &targets, Some(embedding.clone()));
     assert!(matches!(refused, Err(MlmError::ShapeMismatch { actual, .. }) if actual == [4, 4, 8]));
     let refused = MaskedCrossEntropy::default().forward_targets(hidden([3, 13]), &targets);
     assert!(matches!(refused, Err(MlmError::ShapeMismatch { actual, .. }) if actual == [3, 13]));
     // Nothing masked: loss exactly 0 with a zero gradient.
-    let none = MaskedTargets::<B>::new(&[], &[], 12, 13, &device).unwrap();
+    let none = MaskedTargets::new(&[], &[], 12, 13, &device).unwrap();
     let h = hidden([3, 4, 8]).require_grad();
     let logits = head
         .forward_targets(h.clone(), &none, Some(embedding))
@@ -137,13 +140,13 @@ fn h_values() -> TensorData {
 
 #[test]
 fn tied_decoder_and_embedding_share_one_parameter_and_its_gradient() {
-    let device = Default::default();
+    let device = device();
     let (vocab, d_model) = (17, 6);
-    let embedding: Embedding<B> = EmbeddingConfig::new(vocab, d_model).init(&device);
-    let head = MlmHeadConfig::new(d_model, vocab).init::<B>(&device);
+    let embedding: Embedding = EmbeddingConfig::new(vocab, d_model).init(&device);
+    let head = MlmHeadConfig::new(d_model, vocab).init(&device);
     let ids = ints(vec![3, 9, 9, 16, 0, 4], [2, 3]);
     let labels = ints(vec![5, -100, 9, -100, 1, -100], [2, 3]);
-    let loss_with = |weight_for_embedding: Tensor<B, 2>, weight_for_decoder: Tensor<B, 2>| {
+    let loss_with = |weight_for_embedding: Tensor<2>, weight_for_decoder: Tensor<2>| {
         let lookup = Embedding {
             weight: Param::from_tensor(weight_for_embedding),
         };
@@ -180,8 +183,8 @@ fn tied_decoder_and_embedding_share_one_parameter_and_its_gradient() {
 
 #[test]
 fn bad_shapes_and_decoder_choices_are_typed_errors() {
-    let device = Default::default();
-    let tied = MlmHeadConfig::new(8, 11).init::<B>(&device);
+    let device = device();
+    let tied = MlmHeadConfig::new(8, 11).init(&device);
     assert!(matches!(
         tied.forward(hidden([2, 7]), Some(hidden([11, 8])))
             .unwrap_err(),
@@ -204,7 +207,7 @@ fn bad_shapes_and_decoder_choices_are_typed_errors() {
     ));
     let own = MlmHeadConfig::new(8, 11)
         .with_tie_word_embeddings(false)
-        .init::<B>(&device);
+        .init(&device);
     assert!(matches!(
         own.forward(hidden([2, 8]), Some(hidden([11, 8])))
             .unwrap_err(),
@@ -238,15 +241,12 @@ fn bad_shapes_and_decoder_choices_are_typed_errors() {
 
 #[test]
 fn gelu_gradient_is_the_exact_erf_derivative() {
-    // d/dx x Φ(x) = Φ(x) + x φ(x); burn 0.21's own gelu backward is the tanh form's (~3e-4 off).
+    // d/dx x Φ(x) = Φ(x) + x φ(x); burn's own gelu backward is the tanh form's (~3e-4 off).
     let xs = [-3.0f32, -1.0, -0.3, 0.0, 0.5, 1.7, 4.0];
-    let x = Tensor::<B, 1>::from_data(
-        TensorData::new(xs.to_vec(), [xs.len()]),
-        &Default::default(),
-    )
-    .require_grad();
+    let x =
+        Tensor::<1>::from_data(TensorData::new(xs.to_vec(), [xs.len()]), &device()).require_grad();
     let grad = x.grad(&mlm_core::gelu(x.clone()).sum().backward()).unwrap();
-    let grad: Vec<f32> = grad.into_data().into_vec().unwrap();
+    let grad: Vec<f32> = grad.into_data().try_into_vec::<f32>().unwrap();
     for (&x, &g) in xs.iter().zip(&grad) {
         let x = f64::from(x);
         let pdf = (-x * x / 2.0).exp() / (2.0 * std::f64::consts::PI).sqrt();

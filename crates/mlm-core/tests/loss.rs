@@ -2,39 +2,42 @@
 //! against finite differences, shift invariance at ±1e4, the zero-graded contract,
 //! and typed errors for bad labels and shapes.
 
-use burn::backend::{Autodiff, NdArray};
-use burn::tensor::{Bool, Distribution, ElementConversion, Int, Tensor, TensorData};
+use burn::tensor::Device;
+use burn::tensor::{Bool, Distribution, Int, Tensor, TensorData};
 use mlm_core::{
     MaskedCrossEntropyConfig, MlmError, Reduction, masked_cross_entropy,
     masked_cross_entropy_with_labels,
 };
 
-type B = Autodiff<NdArray>;
+/// The reference CPU backend with autodiff (flex; Burn 0.22 deprecates ndarray).
+fn device() -> Device {
+    Device::flex().autodiff()
+}
 
-fn logits<Bk: burn::tensor::backend::Backend>(rows: &[&[f64]]) -> Tensor<Bk, 2> {
+fn logits(rows: &[&[f64]]) -> Tensor<2> {
     let n = rows.len();
     let v = rows[0].len();
     let flat: Vec<f64> = rows.iter().flat_map(|r| r.iter().copied()).collect();
-    Tensor::from_data(TensorData::new(flat, [n, v]), &Default::default())
+    Tensor::from_data(TensorData::new(flat, [n, v]), &device())
 }
 
-fn labels<Bk: burn::tensor::backend::Backend>(values: &[i64]) -> Tensor<Bk, 1, Int> {
-    Tensor::from_data(
-        TensorData::new(values.to_vec(), [values.len()]),
-        &Default::default(),
-    )
+fn labels(values: &[i64]) -> Tensor<1, Int> {
+    Tensor::from_data(TensorData::new(values.to_vec(), [values.len()]), &device())
 }
 
-fn count<Bk: burn::tensor::backend::Backend>(t: Tensor<Bk, 1, Int>) -> i64 {
-    t.into_scalar().elem()
+fn count(t: Tensor<1, Int>) -> i64 {
+    t.into_scalar::<i64>()
 }
 
-fn scalar<Bk: burn::tensor::backend::Backend>(t: Tensor<Bk, 1>) -> f64 {
-    t.into_scalar().elem::<f64>()
+fn scalar(t: Tensor<1>) -> f64 {
+    t.into_scalar::<f64>()
 }
 
-fn values<Bk: burn::tensor::backend::Backend, const D: usize>(t: Tensor<Bk, D>) -> Vec<f64> {
-    t.into_data().convert::<f64>().into_vec().unwrap()
+fn values<const D: usize>(t: Tensor<D>) -> Vec<f64> {
+    t.into_data()
+        .convert::<f64>()
+        .try_into_vec::<f64>()
+        .unwrap()
 }
 
 #[test]
@@ -45,7 +48,7 @@ fn seed_examples_give_the_seed_numbers() {
         ([1.0, 1.0, 1.0], 3f64.ln()),
         ([10.0, 1.0, 0.0], 0.000_168_8),
     ] {
-        let out = masked_cross_entropy_with_labels(logits::<B>(&[&row]), labels(&[0])).unwrap();
+        let out = masked_cross_entropy_with_labels(logits(&[&row]), labels(&[0])).unwrap();
         let loss = scalar(out.loss);
         assert!(
             (loss - expected).abs() < 1e-6 + 1e-4 * expected,
@@ -64,7 +67,7 @@ fn mean_over_masked_positions_ignores_visible_tokens() {
     let mut label = [-100i64; 10];
     label[3] = 0;
     label[7] = 0;
-    let z = logits::<B>(&rows).require_grad();
+    let z = logits(&rows).require_grad();
     let out = masked_cross_entropy_with_labels(z.clone(), labels(&label)).unwrap();
     assert_eq!(out.n_graded, 2);
     // Row 3: argmax 0 = the true token; row 7 ties, the first index (0) wins and is true too.
@@ -87,7 +90,7 @@ fn mean_over_masked_positions_ignores_visible_tokens() {
 
 #[test]
 fn no_graded_position_gives_zero_loss_and_zero_gradient() {
-    let z = logits::<B>(&[&[1.0, f64::INFINITY], &[f64::NAN, 0.0]]).require_grad();
+    let z = logits(&[&[1.0, f64::INFINITY], &[f64::NAN, 0.0]]).require_grad();
     let out = masked_cross_entropy_with_labels(z.clone(), labels(&[-100, -100])).unwrap();
     assert_eq!((out.n_graded, count(out.n_correct.clone())), (0, 0));
     assert_eq!(scalar(out.loss_sum.clone()), 0.0);
@@ -102,8 +105,8 @@ fn no_graded_position_gives_zero_loss_and_zero_gradient() {
 
 #[test]
 fn adding_1e4_to_a_row_leaves_the_loss_unchanged() {
-    let device = Default::default();
-    let z: Tensor<B, 2> = Tensor::random([4, 30], Distribution::Normal(0.0, 1.0), &device);
+    let device = device();
+    let z: Tensor<2> = Tensor::random([4, 30], Distribution::Normal(0.0, 1.0), &device);
     let label = [3, 29, -100, 0];
     let base = scalar(
         masked_cross_entropy_with_labels(z.clone(), labels(&label))
@@ -128,18 +131,18 @@ fn adding_1e4_to_a_row_leaves_the_loss_unchanged() {
 
 #[test]
 fn targets_with_mask_equal_hf_labels_and_sum_reduction_is_the_sum() {
-    let device = Default::default();
-    let z: Tensor<B, 3> = Tensor::random([2, 3, 7], Distribution::Normal(0.0, 1.0), &device);
-    let hf = Tensor::<B, 2, Int>::from_data(
+    let device = device();
+    let z: Tensor<3> = Tensor::random([2, 3, 7], Distribution::Normal(0.0, 1.0), &device);
+    let hf = Tensor::<2, Int>::from_data(
         TensorData::new(vec![1i64, -100, 6, -100, 0, 3], [2, 3]),
         &device,
     );
     // Ungraded targets may hold anything, even out-of-range ids.
-    let targets = Tensor::<B, 2, Int>::from_data(
+    let targets = Tensor::<2, Int>::from_data(
         TensorData::new(vec![1i64, 999, 6, -7, 0, 3], [2, 3]),
         &device,
     );
-    let mask = Tensor::<B, 2, Bool>::from_data(
+    let mask = Tensor::<2, Bool>::from_data(
         TensorData::new(vec![true, false, true, false, true, true], [2, 3]),
         &device,
     );
@@ -159,7 +162,7 @@ fn targets_with_mask_equal_hf_labels_and_sum_reduction_is_the_sum() {
 
 #[test]
 fn bad_labels_and_shapes_are_typed_errors() {
-    let z = || logits::<B>(&[&[0.0, 1.0, 2.0], &[0.0, 0.0, 0.0]]);
+    let z = || logits(&[&[0.0, 1.0, 2.0], &[0.0, 0.0, 0.0]]);
     assert_eq!(
         masked_cross_entropy_with_labels(z(), labels(&[0, 3])).unwrap_err(),
         MlmError::LabelOutOfRange {
@@ -180,10 +183,7 @@ fn bad_labels_and_shapes_are_typed_errors() {
         masked_cross_entropy_with_labels(z(), labels(&[0, 1, 2])).unwrap_err(),
         MlmError::ShapeMismatch { what: "labels", .. }
     ));
-    let mask = Tensor::<B, 1, Bool>::from_data(
-        TensorData::new(vec![true, false], [2]),
-        &Default::default(),
-    );
+    let mask = Tensor::<1, Bool>::from_data(TensorData::new(vec![true, false], [2]), &device());
     // An out-of-range target is fine where it is not graded, an error where it is.
     assert_eq!(
         masked_cross_entropy(z(), labels(&[1, 5]), mask.clone())

@@ -7,12 +7,15 @@
 //! masking its spans are disjoint runs of whole words, free of specials, each all `[MASK]`
 //! or none.
 
-use burn::backend::{Autodiff, NdArray};
-use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use burn::tensor::Device;
+use burn::tensor::{Int, Tensor, TensorData};
 use mlm_core::{IGNORE_INDEX, MaskingConfig, SpanMaskingConfig, masked_cross_entropy_with_labels};
 use proptest::prelude::*;
 
-type B = Autodiff<NdArray>;
+/// The reference CPU backend with autodiff (flex; Burn 0.22 deprecates ndarray).
+fn device() -> Device {
+    Device::flex().autodiff()
+}
 
 /// A `[rows, vocab]` batch of logits in [-30, 30] with labels, each `-100` or in `[0, vocab)`.
 #[derive(Debug, Clone)]
@@ -42,17 +45,17 @@ impl Case {
         self.labels.len()
     }
 
-    fn logits(&self) -> Tensor<B, 2> {
+    fn logits(&self) -> Tensor<2> {
         Tensor::from_data(
             TensorData::new(self.logits.clone(), [self.rows(), self.vocab]),
-            &Default::default(),
+            &device(),
         )
     }
 
-    fn labels(&self) -> Tensor<B, 1, Int> {
+    fn labels(&self) -> Tensor<1, Int> {
         Tensor::from_data(
             TensorData::new(self.labels.clone(), [self.rows()]),
-            &Default::default(),
+            &device(),
         )
     }
 
@@ -76,8 +79,8 @@ impl Case {
     }
 }
 
-fn scalar(t: Tensor<B, 1>) -> f64 {
-    t.into_scalar().elem::<f64>()
+fn scalar(t: Tensor<1>) -> f64 {
+    t.into_scalar::<f64>()
 }
 
 proptest! {
@@ -130,7 +133,7 @@ proptest! {
     fn graded_row_gradients_sum_to_zero_and_ungraded_rows_get_none(case in case()) {
         let z = case.logits().require_grad();
         let out = masked_cross_entropy_with_labels(z.clone(), case.labels()).unwrap();
-        let grad: Vec<f32> = z.grad(&out.loss.backward()).unwrap().into_data().into_vec().unwrap();
+        let grad: Vec<f32> = z.grad(&out.loss.backward()).unwrap().into_data().try_into_vec::<f32>().unwrap();
         for (r, &label) in case.labels.iter().enumerate() {
             let row = &grad[r * case.vocab..(r + 1) * case.vocab];
             if label == IGNORE_INDEX {

@@ -1,7 +1,10 @@
 //! The backends this build can train on, chosen at run time by `--backend`.
 
+use burn::tensor::Device;
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
+
+use crate::error::TrainError;
 
 /// A compiled-in backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -60,13 +63,10 @@ impl BackendKind {
     }
 }
 
-#[cfg(feature = "cuda")]
 fn cuda_present() -> bool {
-    cuda::cuda_device().is_ok()
-}
-
-#[cfg(not(feature = "cuda"))]
-fn cuda_present() -> bool {
+    #[cfg(feature = "cuda")]
+    return cuda::check_driver().is_ok();
+    #[cfg(not(feature = "cuda"))]
     false
 }
 
@@ -86,8 +86,8 @@ impl std::fmt::Display for Adapter {
     }
 }
 
-/// The device `kind` runs on. For wgpu this is the adapter `wgpu_device` selected, or a
-/// placeholder if no wgpu device was made in this process.
+/// The device `kind` runs on. For a GPU backend this is the device [`BackendKind::device`]
+/// opened, or a placeholder if none was opened in this process.
 pub fn adapter(kind: BackendKind) -> Adapter {
     let cpu = |crate_name: &str| Adapter {
         name: format!(
@@ -99,16 +99,22 @@ pub fn adapter(kind: BackendKind) -> Adapter {
     match kind {
         BackendKind::Ndarray => cpu("burn-ndarray"),
         BackendKind::Flex => cpu("burn-flex"),
-        BackendKind::Wgpu => wgpu::ADAPTER.get().cloned().unwrap_or_else(|| Adapter {
-            name: "default wgpu adapter".into(),
-            device_type: "unknown".into(),
-        }),
-        BackendKind::Cuda => cuda::ADAPTER.get().cloned().unwrap_or_else(|| Adapter {
-            name: "first CUDA device".into(),
-            device_type: "unknown".into(),
-        }),
+        BackendKind::Wgpu | BackendKind::Cuda => {
+            let opened = OPENED.lock().expect("the adapter table");
+            opened
+                .iter()
+                .find(|(k, _)| *k == kind)
+                .map(|(_, adapter)| adapter.clone())
+                .unwrap_or_else(|| Adapter {
+                    name: format!("default {} device", kind.name()),
+                    device_type: "unknown".into(),
+                })
+        }
     }
 }
+
+/// The GPU devices opened in this process, with what they said they are.
+static OPENED: std::sync::Mutex<Vec<(BackendKind, Adapter)>> = std::sync::Mutex::new(Vec::new());
 
 /// [`adapter`] of the backend named `backend`, in words.
 pub fn adapter_name(backend: &str) -> String {
@@ -121,161 +127,86 @@ pub fn adapter_name(backend: &str) -> String {
 pub fn device_reserved_bytes(kind: BackendKind) -> Option<u64> {
     match kind {
         BackendKind::Ndarray | BackendKind::Flex => None,
-        BackendKind::Wgpu => wgpu::reserved_bytes(),
-        BackendKind::Cuda => cuda::reserved_bytes(),
+        BackendKind::Wgpu | BackendKind::Cuda => {
+            let device = kind.plain_device().ok()?;
+            device.memory_pool_usage().map(|usage| usage.bytes_reserved)
+        }
     }
 }
 
-#[cfg(feature = "wgpu")]
-mod wgpu {
-    use std::sync::OnceLock;
-
-    use burn::backend::wgpu::graphics::AutoGraphicsApi;
-    use burn::backend::wgpu::{RuntimeOptions, WgpuDevice, WgpuRuntime, init_setup};
-    use burn::cubecl::Runtime;
-
-    use super::Adapter;
-
-    /// The adapter of the default device, recorded when the device is first set up.
-    pub(super) static ADAPTER: OnceLock<Adapter> = OnceLock::new();
-
-    /// The default wgpu device, set up on first use exactly as burn-wgpu would do lazily
-    /// (automatic graphics API, default runtime options), recording its adapter.
-    pub fn wgpu_device() -> WgpuDevice {
-        let device = WgpuDevice::default();
-        ADAPTER.get_or_init(|| {
-            let info = init_setup::<AutoGraphicsApi>(&device, RuntimeOptions::default())
-                .adapter
-                .get_info();
-            Adapter {
-                name: info.name,
-                device_type: format!("{:?}", info.device_type),
-            }
-        });
-        device
-    }
-
-    pub(super) fn reserved_bytes() -> Option<u64> {
-        ADAPTER.get()?;
-        let usage = WgpuRuntime::client(&WgpuDevice::default())
-            .memory_usage()
-            .ok()?;
-        Some(usage.bytes_reserved)
-    }
-}
-
-#[cfg(feature = "wgpu")]
-pub use wgpu::wgpu_device;
-
-#[cfg(not(feature = "wgpu"))]
-mod wgpu {
-    pub(super) static ADAPTER: std::sync::OnceLock<super::Adapter> = std::sync::OnceLock::new();
-    pub(super) fn reserved_bytes() -> Option<u64> {
-        None
-    }
-}
-
-#[cfg(feature = "cuda")]
-mod cuda {
-    use std::sync::OnceLock;
-
-    use burn::backend::cuda::CudaDevice;
-    use burn::cubecl::Runtime;
-    use burn::cubecl::cuda::CudaRuntime;
-    use cudarc::driver::result;
-
-    use super::Adapter;
-    use crate::error::TrainError;
-
-    /// The adapter of the first device, recorded when [`cuda_device`] first finds it.
-    pub(super) static ADAPTER: OnceLock<Adapter> = OnceLock::new();
-
-    /// The first CUDA device, once the driver confirms that it exists (and its name is
-    /// recorded). burn-cuda would panic at the first operation instead.
+impl BackendKind {
+    /// The default device of this backend with autodiff, as training needs it: burn
+    /// dispatches every tensor op to the backend the device names (Burn 0.22).
     ///
     /// # Errors
-    /// [`TrainError::Config`] if this machine has no CUDA driver (`libcuda.so`) or no device.
-    pub fn cuda_device() -> Result<CudaDevice, TrainError> {
-        let none = |why: String| TrainError::Config(format!("--backend cuda: {why}"));
-        // SAFETY: only loads the driver library, if present, and looks it up.
-        if !unsafe { cudarc::driver::sys::is_culib_present() } {
-            return Err(none("no CUDA driver (libcuda.so) on this machine".into()));
-        }
-        let first = result::init()
-            .and_then(|()| result::device::get_count())
-            .map_err(|e| none(format!("the CUDA driver reports {e:?}")))?;
-        if first < 1 {
-            return Err(none("the CUDA driver sees no device".into()));
-        }
-        let name = result::device::get(0)
-            .and_then(result::device::get_name)
-            .unwrap_or_else(|_| "CUDA device 0".into());
-        ADAPTER.get_or_init(|| Adapter {
-            name,
-            device_type: "Gpu (CUDA)".into(),
-        });
-        Ok(CudaDevice::default())
+    /// [`TrainError::Config`] if the backend is not compiled in, or for cuda if this machine
+    /// has no CUDA driver or device (burn-cuda would panic at the first operation instead).
+    pub fn device(self) -> Result<Device, TrainError> {
+        Ok(self.plain_device()?.autodiff())
     }
 
-    pub(super) fn reserved_bytes() -> Option<u64> {
-        ADAPTER.get()?;
-        let usage = CudaRuntime::client(&CudaDevice::default())
-            .memory_usage()
-            .ok()?;
-        Some(usage.bytes_reserved)
-    }
-}
-
-#[cfg(feature = "cuda")]
-pub use cuda::cuda_device;
-
-#[cfg(not(feature = "cuda"))]
-mod cuda {
-    pub(super) static ADAPTER: std::sync::OnceLock<super::Adapter> = std::sync::OnceLock::new();
-    pub(super) fn reserved_bytes() -> Option<u64> {
-        None
-    }
-}
-
-/// Runs `$body` with `$B` bound to the autodiff backend of `$kind` and `$device` to its
-/// default device; a backend not compiled in, or a CUDA backend without a device, is an
-/// error.
-#[macro_export]
-macro_rules! with_backend {
-    ($kind:expr, |$B:ident, $device:ident| $body:expr) => {
-        match $kind {
+    /// [`BackendKind::device`] without autodiff: for inference and evaluation.
+    ///
+    /// # Errors
+    /// As [`BackendKind::device`].
+    pub fn plain_device(self) -> Result<Device, TrainError> {
+        match self {
             #[cfg(feature = "ndarray")]
-            $crate::backend::BackendKind::Ndarray => {
-                type $B = burn::backend::Autodiff<burn::backend::NdArray>;
-                let $device = Default::default();
-                $body
-            }
+            #[allow(deprecated)]
+            Self::Ndarray => Ok(Device::ndarray()),
             #[cfg(feature = "flex")]
-            $crate::backend::BackendKind::Flex => {
-                type $B = burn::backend::Autodiff<burn::backend::Flex>;
-                let $device = Default::default();
-                $body
-            }
+            Self::Flex => Ok(Device::flex()),
             #[cfg(feature = "wgpu")]
-            $crate::backend::BackendKind::Wgpu => {
-                type $B = burn::backend::Autodiff<burn::backend::Wgpu>;
-                let $device = $crate::backend::wgpu_device();
-                $body
-            }
+            Self::Wgpu => Ok(opened(self, Device::wgpu(Default::default()))),
             #[cfg(feature = "cuda")]
-            $crate::backend::BackendKind::Cuda => {
-                type $B = burn::backend::Autodiff<burn::backend::Cuda>;
-                match $crate::backend::cuda_device() {
-                    Ok($device) => $body,
-                    Err(e) => Err(e),
-                }
-            }
+            Self::Cuda => cuda::check_driver().map(|()| opened(self, Device::cuda(0))),
             #[allow(unreachable_patterns)]
-            other => Err($crate::TrainError::Config(format!(
+            other => Err(TrainError::Config(format!(
                 "backend {} is not compiled in: rebuild with `--features {}`",
                 other.name(),
                 other.name()
             ))),
         }
-    };
+    }
+}
+
+/// `device`, after recording what it says it is (once per backend).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn opened(kind: BackendKind, device: Device) -> Device {
+    let mut opened = OPENED.lock().expect("the adapter table");
+    if !opened.iter().any(|(k, _)| *k == kind) {
+        let (name, device_type) = match device.identity() {
+            Some(id) => {
+                let kind = if id.physical.is_some() { "Gpu" } else { "Cpu" };
+                (id.name, kind.to_string())
+            }
+            None => (format!("default {} device", kind.name()), "unknown".into()),
+        };
+        opened.push((kind, Adapter { name, device_type }));
+    }
+    device
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use crate::error::TrainError;
+
+    /// Whether the CUDA driver is here and sees a device.
+    ///
+    /// # Errors
+    /// [`TrainError::Config`] if this machine has no CUDA driver (`libcuda.so`) or no device.
+    pub(super) fn check_driver() -> Result<(), TrainError> {
+        let none = |why: String| TrainError::Config(format!("--backend cuda: {why}"));
+        // SAFETY: only loads the driver library, if present, and looks it up.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(none("no CUDA driver (libcuda.so) on this machine".into()));
+        }
+        let count = cudarc::driver::result::init()
+            .and_then(|()| cudarc::driver::result::device::get_count())
+            .map_err(|e| none(format!("the CUDA driver reports {e:?}")))?;
+        if count < 1 {
+            return Err(none("the CUDA driver sees no device".into()));
+        }
+        Ok(())
+    }
 }

@@ -8,9 +8,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use burn::config::Config;
-use burn::optim::Optimizer;
-use burn::tensor::ElementConversion;
-use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::Device;
 use mlm_core::{MaskedCrossEntropy, MaskingConfig};
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
@@ -106,10 +104,10 @@ impl BackendBench {
 /// [`TrainError::Config`] for an invalid model or masking setting;
 /// [`TrainError::StepTooLarge`] if a step would need more memory than the machine has (the
 /// trainer's estimate); model errors.
-pub fn bench_backend<B: AutodiffBackend>(
+pub fn bench_backend(
     config: &BackendBenchConfig,
     kind: BackendKind,
-    device: &B::Device,
+    device: &Device,
 ) -> Result<BackendBench, TrainError> {
     config.model.validate().map_err(TrainError::Config)?;
     let m = &config.model;
@@ -155,26 +153,26 @@ pub fn bench_backend<B: AutodiffBackend>(
         .with_mlm_probability(config.mlm_probability)
         .with_seed(config.seed)
         .init()?;
-    let shards = make_shards::<B>(&chunk, &mut masker, 0, config.parallel_shards, device)?;
+    let shards = make_shards(&chunk, &mut masker, 0, config.parallel_shards, device)?;
     let n_masked: usize = shards.iter().map(|s| s.targets.len()).sum();
-    let mut model = config.model.init_seeded::<B>(config.seed, device);
+    let mut model = config.model.init_seeded(config.seed, device);
     let loss_fn = MaskedCrossEntropy::default();
 
     let sync = || {
-        B::sync(device).map_err(|e| TrainError::Backend {
+        device.sync().map_err(|e| TrainError::Backend {
             backend: kind.name().into(),
             reason: format!("{e:?}"),
         })
     };
     // Forward + backward of every shard, the trainer's `shard_gradients`: the mean loss.
-    let gradients = |model: &BertForMaskedLm<B>| {
+    let gradients = |model: &BertForMaskedLm| {
         let shards = shard_gradients(model, shards.clone(), &loss_fn, n_masked, true)?;
         // The timer waits for the device anyway: reading the loss adds no stall.
         let loss_sum = shards
             .iter()
             .map(|s| s.totals.clone().slice(0..1))
             .reduce(|a, b| a + b);
-        let loss_sum = loss_sum.map_or(0.0, |sum| sum.into_scalar().elem::<f64>());
+        let loss_sum = loss_sum.map_or(0.0, |sum| sum.into_scalar::<f64>());
         Ok::<_, TrainError>((loss_sum / n_masked.max(1) as f64, shards))
     };
     reset_peak_host_memory();
@@ -236,9 +234,7 @@ pub fn compare_backends(
 ) -> Result<Vec<BackendBench>, TrainError> {
     let mut rows = kinds
         .iter()
-        .map(|&kind| {
-            crate::with_backend!(kind, |B, device| bench_backend::<B>(config, kind, &device))
-        })
+        .map(|&kind| bench_backend(config, kind, &kind.device()?))
         .collect::<Result<Vec<_>, _>>()?;
     let reference = rows.iter().find(|r| r.backend == "ndarray").map(|r| r.loss);
     for row in &mut rows {

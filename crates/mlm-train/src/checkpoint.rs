@@ -1,17 +1,17 @@
 //! Checkpoints: model, optimizer state and run position, written atomically.
 //!
-//! A checkpoint is the folder `checkpoints/step-00000100/` holding `model.mpk`,
-//! `optimizer.mpk` and `state.json`. It is written as `.step-00000100.partial/` and
+//! A checkpoint is the folder `checkpoints/step-00000100/` holding `model.bpk`,
+//! `optimizer.bpk` (Burn 0.22's burnpack records of the weights and of AdamW's state, keyed
+//! by parameter id) and `state.json`. It is written as `.step-00000100.partial/` and
 //! renamed when complete, so a crash mid-write leaves no folder that a resume would load;
 //! [`remove_partial`] deletes such leftovers when a run resumes.
 
 use std::path::{Path, PathBuf};
 
-use burn::module::{Module, ModuleVisitor, Param};
-use burn::optim::Optimizer;
-use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
-use burn::tensor::Tensor;
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::module::Module;
+use burn::optim::ModuleOptimizer;
+use burn::store::ModuleRecord;
+use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{TrainError, io, read_json, write_json};
@@ -33,9 +33,13 @@ pub struct RunState {
     pub tokens_seen: u64,
 }
 
-fn recorder() -> NamedMpkFileRecorder<FullPrecisionSettings> {
-    NamedMpkFileRecorder::new()
-}
+/// The weights' file in a checkpoint folder.
+const MODEL_FILE: &str = "model.bpk";
+/// The optimizer state's file in a checkpoint folder.
+const OPTIMIZER_FILE: &str = "optimizer.bpk";
+/// The weights' file of a checkpoint written by mlm-train 0.1 (Burn 0.21's MessagePack
+/// record), which Burn 0.22 cannot read.
+const MODEL_FILE_0_1: &str = "model.mpk";
 
 fn checkpoint_error(path: &Path, reason: impl ToString) -> TrainError {
     TrainError::Checkpoint {
@@ -54,31 +58,29 @@ pub fn checkpoint_dir(run_dir: &Path, step: usize) -> PathBuf {
 /// # Errors
 /// [`TrainError::Checkpoint`] or [`TrainError::Io`] naming the file; the previous
 /// checkpoints stay intact and the incomplete one is removed.
-pub fn save<B: AutodiffBackend, O: Optimizer<BertForMaskedLm<B>, B>>(
+pub fn save(
     run_dir: &Path,
-    model: &BertForMaskedLm<B>,
-    optimizer: &O,
+    model: &BertForMaskedLm,
+    optimizer: &ModuleOptimizer,
     state: &RunState,
 ) -> Result<PathBuf, TrainError> {
     write(run_dir, model, state, |partial| {
-        Recorder::<B>::record(
-            &recorder(),
-            optimizer.to_record(),
-            partial.join("optimizer"),
-        )
-        .map_err(|e| checkpoint_error(&partial.join("optimizer.mpk"), e))
+        let file = partial.join(OPTIMIZER_FILE);
+        optimizer
+            .save(&file)
+            .map_err(|e| checkpoint_error(&file, e))
     })
 }
 
 /// Writes a checkpoint of the model and state only, atomically: one that `predict`, `eval`
-/// and [`load_model`] read, but that a resume rejects for its missing `optimizer.mpk`
+/// and [`load_model`] read, but that a resume rejects for its missing `optimizer.bpk`
 /// (e.g. weights imported from Hugging Face).
 ///
 /// # Errors
 /// As [`save`].
-pub fn save_model<B: Backend>(
+pub fn save_model(
     run_dir: &Path,
-    model: &BertForMaskedLm<B>,
+    model: &BertForMaskedLm,
     state: &RunState,
 ) -> Result<PathBuf, TrainError> {
     write(run_dir, model, state, |_| Ok(()))
@@ -87,9 +89,9 @@ pub fn save_model<B: Backend>(
 /// Writes the model, whatever `extra` writes into the partial folder, and the state, as
 /// `.step-N.partial/`; renames it to `step-N/` once complete and prunes old checkpoints.
 /// A failed write removes its partial folder.
-fn write<B: Backend>(
+fn write(
     run_dir: &Path,
-    model: &BertForMaskedLm<B>,
+    model: &BertForMaskedLm,
     state: &RunState,
     extra: impl FnOnce(&Path) -> Result<(), TrainError>,
 ) -> Result<PathBuf, TrainError> {
@@ -115,17 +117,18 @@ fn write<B: Backend>(
 }
 
 /// Writes the files of a checkpoint into the folder `partial`.
-fn write_partial<B: Backend>(
+fn write_partial(
     partial: &Path,
-    model: &BertForMaskedLm<B>,
+    model: &BertForMaskedLm,
     state: &RunState,
     extra: impl FnOnce(&Path) -> Result<(), TrainError>,
 ) -> Result<(), TrainError> {
     std::fs::create_dir_all(partial).map_err(io(partial))?;
+    let file = partial.join(MODEL_FILE);
     model
         .clone()
-        .save_file(partial.join("model"), &recorder())
-        .map_err(|e| checkpoint_error(&partial.join("model.mpk"), e))?;
+        .save_file(&file)
+        .map_err(|e| checkpoint_error(&file, e))?;
     extra(partial)?;
     write_json(&partial.join("state.json"), state)
 }
@@ -187,95 +190,76 @@ pub fn latest(run_dir: &Path) -> Result<PathBuf, TrainError> {
 /// Loads the model of a checkpoint folder.
 ///
 /// # Errors
-/// [`TrainError::Checkpoint`] if the file is missing or truncated, or if its layers or
-/// any parameter's shape differ from what `config` builds (a run resumed with another
-/// configuration).
-pub fn load_model<B: Backend>(
+/// [`TrainError::Checkpoint`] if the file is missing or truncated, if its parameters or
+/// their shapes differ from what `config` builds (a run resumed with another
+/// configuration), or if the checkpoint was written by mlm-train 0.1, whose Burn 0.21
+/// records this version cannot read (the message says how to carry the weights across).
+pub fn load_model(
     dir: &Path,
     config: &BertConfig,
-    device: &B::Device,
-) -> Result<BertForMaskedLm<B>, TrainError> {
-    let file = dir.join("model.mpk");
-    let record: <BertForMaskedLm<B> as Module<B>>::Record =
-        Recorder::<B>::load(&recorder(), dir.join("model"), device).map_err(|e| {
-            // Burn's message for a truncated file talks of record-format versions.
-            checkpoint_error(
-                &file,
-                format!(
-                    "cannot be read: the file is truncated or corrupt (an older checkpoint \
-                         in {} may be intact). Burn says: {e}",
-                    dir.parent().unwrap_or(dir).display()
-                ),
-            )
-        })?;
-    // Burn panics on a layer count that differs and loads tensors of any shape: check
-    // both against the run's config.json before and after loading.
-    if record.layers.len() != config.num_hidden_layers {
-        return Err(checkpoint_error(
+    device: &Device,
+) -> Result<BertForMaskedLm, TrainError> {
+    check_format(dir)?;
+    let file = dir.join(MODEL_FILE);
+    let record = ModuleRecord::load(&file).map_err(|e| {
+        checkpoint_error(
             &file,
             format!(
-                "holds {} layers, but config.json says num_hidden_layers = {}",
-                record.layers.len(),
-                config.num_hidden_layers
+                "cannot be read: the file is missing, truncated or corrupt (an older \
+                 checkpoint in {} may be intact). Burn says: {e}",
+                dir.parent().unwrap_or(dir).display()
             ),
-        ));
-    }
-    let fresh = config.init::<B>(device);
-    let expected = parameter_shapes(&fresh);
-    let model = fresh.load_record(record);
-    let found = parameter_shapes(&model);
-    if let Some(((name, want), (_, got))) = expected.iter().zip(&found).find(|(e, f)| e != f) {
-        return Err(checkpoint_error(
+        )
+    })?;
+    config.init(device).try_load_record(record).map_err(|e| {
+        checkpoint_error(
             &file,
-            format!("holds {name} of shape {got:?}, but config.json builds {want:?}"),
-        ));
-    }
-    Ok(model)
+            format!("does not fit the model config.json builds: {e}"),
+        )
+    })
 }
 
-/// Every float parameter of `model` as `(path, shape)`, e.g. `("embeddings.word_embeddings.weight", [1000, 32])`.
-fn parameter_shapes<B: Backend, M: Module<B>>(model: &M) -> Vec<(String, Vec<usize>)> {
-    struct Shapes {
-        path: Vec<String>,
-        found: Vec<(String, Vec<usize>)>,
+/// Refuses a checkpoint folder written by mlm-train 0.1 (Burn 0.21's `.mpk` records, which
+/// Burn 0.22 cannot read), saying how to carry its weights across.
+///
+/// # Errors
+/// [`TrainError::Checkpoint`] naming the 0.1 file.
+pub fn check_format(dir: &Path) -> Result<(), TrainError> {
+    if dir.join(MODEL_FILE).is_file() || !dir.join(MODEL_FILE_0_1).is_file() {
+        return Ok(());
     }
-    impl<B: Backend> ModuleVisitor<B> for Shapes {
-        fn enter_module(&mut self, name: &str, _container_type: &str) {
-            self.path.push(name.to_string());
-        }
-        fn exit_module(&mut self, _name: &str, _container_type: &str) {
-            self.path.pop();
-        }
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            self.found
-                .push((self.path.join("."), param.val().dims().to_vec()));
-        }
-    }
-    let mut shapes = Shapes {
-        path: Vec::new(),
-        found: Vec::new(),
-    };
-    model.visit(&mut shapes);
-    shapes.found
+    Err(checkpoint_error(
+        &dir.join(MODEL_FILE_0_1),
+        "was written by mlm-train 0.1 (Burn 0.21), whose records Burn 0.22 cannot read. \
+         Carry the weights across with 0.1's `mlm-train export-hf --run RUN HF_DIR`, then \
+         `mlm-train import-hf HF_DIR --out NEW_RUN` here; the optimizer state does not cross, \
+         so the imported run is for predict, eval and export-hf, and training starts anew",
+    ))
 }
 
 /// Whether the checkpoint folder `dir` holds optimizer state, which a resume needs
 /// ([`save_model`]'s checkpoints do not).
 pub fn has_optimizer_state(dir: &Path) -> bool {
-    dir.join("optimizer.mpk").is_file()
+    dir.join(OPTIMIZER_FILE).is_file()
 }
 
 /// Loads the optimizer state and run state of a checkpoint folder into `optimizer`.
 ///
+/// Burn puts the loaded moments on its default device and moves them to each parameter's
+/// device at the next step (values unchanged, bit for bit).
+///
 /// # Errors
-/// [`TrainError::Checkpoint`] / [`TrainError::Json`] naming the broken file.
-pub fn load_training<B: AutodiffBackend, O: Optimizer<BertForMaskedLm<B>, B>>(
+/// [`TrainError::Checkpoint`] / [`TrainError::Json`] naming the broken file; a checkpoint
+/// of mlm-train 0.1 as in [`load_model`].
+pub fn load_training(
     dir: &Path,
-    optimizer: O,
-    device: &B::Device,
-) -> Result<(O, RunState), TrainError> {
-    let record = Recorder::<B>::load(&recorder(), dir.join("optimizer"), device)
-        .map_err(|e| checkpoint_error(&dir.join("optimizer.mpk"), e))?;
+    optimizer: ModuleOptimizer,
+) -> Result<(ModuleOptimizer, RunState), TrainError> {
+    check_format(dir)?;
+    let file = dir.join(OPTIMIZER_FILE);
+    let optimizer = optimizer
+        .load(&file)
+        .map_err(|e| checkpoint_error(&file, e))?;
     let state = read_json(&dir.join("state.json"))?;
-    Ok((optimizer.load_record(record), state))
+    Ok((optimizer, state))
 }

@@ -1,8 +1,7 @@
 //! Held-out evaluation: the masked-LM loss, accuracy and perplexity of a model on sequences
 //! masked the same way at every call, split by what the input showed at the graded positions.
 
-use burn::tensor::ElementConversion;
-use burn::tensor::backend::Backend;
+use burn::tensor::Device;
 use mlm_core::{IGNORE_INDEX, MaskedCrossEntropy};
 
 use crate::config::{Masking, TrainConfig};
@@ -53,12 +52,12 @@ pub const EVAL_MASKING: Masking = Masking::Token;
 ///
 /// # Errors
 /// Masker and loss errors.
-pub fn evaluate<B: Backend>(
-    model: &BertForMaskedLm<B>,
+pub fn evaluate(
+    model: &BertForMaskedLm,
     sequences: &[Vec<u32>],
     tokenizer: &WordPieceTokenizer,
     config: &TrainConfig,
-    device: &B::Device,
+    device: &Device,
 ) -> Result<EvalMetrics, TrainError> {
     let mut masker = tokenizer.masker(
         EVAL_MLM_PROBABILITY,
@@ -74,7 +73,7 @@ pub fn evaluate<B: Backend>(
     // every world size must cut the held-out split alike.
     for chunk in sequences.chunks(config.batch_size * config.world_size) {
         let chunk: Vec<&[u32]> = chunk.iter().map(Vec::as_slice).collect();
-        let batch = make_batch::<B>(&chunk, &mut masker, tokenizer.pad_id, device)?;
+        let batch = make_batch(&chunk, &mut masker, tokenizer.pad_id, device)?;
         let inputs = batch
             .input_ids
             .clone()
@@ -92,9 +91,9 @@ pub fn evaluate<B: Backend>(
         for (sum, selected) in by_input.iter_mut().zip([at_mask, random, unchanged]) {
             let labels = targets.clone().mask_fill(selected.bool_not(), IGNORE_INDEX);
             let out = loss_fn.forward_labels(logits.clone(), labels)?;
-            sum.0 += f64::from(out.loss_sum.into_scalar().elem::<f32>());
+            sum.0 += f64::from(out.loss_sum.into_scalar::<f32>());
             sum.1 += out.n_graded;
-            sum.2 += out.n_correct.into_scalar().elem::<i64>() as usize;
+            sum.2 += out.n_correct.into_scalar::<i64>() as usize;
         }
     }
     let loss_sum: f64 = by_input.iter().map(|kind| kind.0).sum();

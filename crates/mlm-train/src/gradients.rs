@@ -2,11 +2,9 @@
 //! masked loss, backward per shard (on threads when the numbers allow), and clipping by the
 //! global norm.
 
-use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param};
-use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{AdamW, AdamWConfig, GradientsAccumulator, GradientsParams};
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::Tensor;
-use burn::tensor::backend::{AutodiffBackend, Backend};
 use mlm_core::MaskedCrossEntropy;
 
 use crate::data::MlmBatch;
@@ -19,20 +17,20 @@ use crate::model::BertForMaskedLm;
 /// # Errors
 /// [`MlmError`](mlm_core::MlmError) for targets checked against another batch shape or
 /// vocabulary.
-pub fn forward_loss<B: Backend>(
-    model: &BertForMaskedLm<B>,
-    batch: MlmBatch<B>,
+pub fn forward_loss(
+    model: &BertForMaskedLm,
+    batch: MlmBatch,
     loss_fn: &MaskedCrossEntropy,
-) -> Result<mlm_core::MlmLossOutput<B>, TrainError> {
+) -> Result<mlm_core::MlmLossOutput, TrainError> {
     let targets = batch.targets.clone();
     Ok(loss_fn.forward_targets(masked_logits(model, batch)?, &targets)?)
 }
 
 /// Logits of `model` at the masked positions of `batch`, `[n_masked, vocab]`.
-pub(crate) fn masked_logits<B: Backend>(
-    model: &BertForMaskedLm<B>,
-    batch: MlmBatch<B>,
-) -> Result<Tensor<B, 2>, TrainError> {
+pub(crate) fn masked_logits(
+    model: &BertForMaskedLm,
+    batch: MlmBatch,
+) -> Result<Tensor<2>, TrainError> {
     Ok(model.forward_masked(
         batch.input_ids,
         batch.token_type_ids,
@@ -42,10 +40,10 @@ pub(crate) fn masked_logits<B: Backend>(
 }
 
 /// One shard's share of an optimizer step, or the shards' sum.
-pub(crate) struct ShardGradients<B: AutodiffBackend> {
+pub(crate) struct ShardGradients {
     pub(crate) grads: GradientsParams,
     /// `[loss sum (nats), correct predictions]`, still on the device.
-    pub(crate) totals: Tensor<B::InnerBackend, 1>,
+    pub(crate) totals: Tensor<1>,
 }
 
 /// Gradients of the shards of one optimizer step, each shard's summed loss divided by the
@@ -57,20 +55,20 @@ pub(crate) struct ShardGradients<B: AutodiffBackend> {
 /// gradients add up by parameter id. Without it (dropout draws from the backend's one
 /// generator, whose order threads would scramble) the shards run one after another; the
 /// numbers are the same either way.
-pub(crate) fn shard_gradients<B: AutodiffBackend>(
-    model: &BertForMaskedLm<B>,
-    batches: Vec<MlmBatch<B>>,
+pub(crate) fn shard_gradients(
+    model: &BertForMaskedLm,
+    batches: Vec<MlmBatch>,
     loss_fn: &MaskedCrossEntropy,
     n_masked: usize,
     parallel: bool,
-) -> Result<Vec<ShardGradients<B>>, TrainError> {
+) -> Result<Vec<ShardGradients>, TrainError> {
     struct FreshLeaves;
-    impl<B: AutodiffBackend> ModuleMapper<B> for FreshLeaves {
-        fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+    impl ModuleMapper for FreshLeaves {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
             param.map(|tensor| tensor.detach().require_grad())
         }
     }
-    let run = |replica: &BertForMaskedLm<B>, batch| -> Result<ShardGradients<B>, TrainError> {
+    let run = |replica: &BertForMaskedLm, batch| -> Result<ShardGradients, TrainError> {
         let out = forward_loss(replica, batch, loss_fn)?;
         let totals = Tensor::cat(
             vec![out.loss_sum.clone().inner(), out.n_correct.inner().float()],
@@ -102,11 +100,8 @@ pub(crate) fn shard_gradients<B: AutodiffBackend>(
 
 /// The shards of one step added up, on the device: their gradients by parameter, their
 /// totals.
-pub(crate) fn sum_shards<B: AutodiffBackend>(
-    model: &BertForMaskedLm<B>,
-    shards: Vec<ShardGradients<B>>,
-) -> ShardGradients<B> {
-    let mut accumulator = GradientsAccumulator::<BertForMaskedLm<B>>::new();
+pub(crate) fn sum_shards(model: &BertForMaskedLm, shards: Vec<ShardGradients>) -> ShardGradients {
+    let mut accumulator = GradientsAccumulator::<BertForMaskedLm>::new();
     let mut totals = None;
     for shard in shards {
         totals = Some(match totals {
@@ -123,9 +118,7 @@ pub(crate) fn sum_shards<B: AutodiffBackend>(
 
 /// The trainer's optimizer: AdamW with decoupled weight decay `weight_decay` and ε 1e-6
 /// (BERT's, Devlin et al. 2019, Appendix A.2, as Hugging Face trains it).
-pub(crate) fn adamw<B: AutodiffBackend>(
-    weight_decay: f64,
-) -> OptimizerAdaptor<AdamW, BertForMaskedLm<B>, B> {
+pub(crate) fn adamw(weight_decay: f64) -> ModuleOptimizer {
     AdamWConfig::new()
         .with_weight_decay(weight_decay as f32)
         .with_epsilon(1e-6)
@@ -136,18 +129,18 @@ pub(crate) fn adamw<B: AutodiffBackend>(
 /// `clip_grad_norm_`: every gradient times `min(1, max_norm / norm)`, computed on the
 /// device, so that nothing is read back); returns the norm before clipping, `[1]`, on the
 /// device (NaN if a gradient is not finite).
-pub(crate) fn clip_global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+pub(crate) fn clip_global_norm<M: Module>(
     model: &M,
     grads: &mut GradientsParams,
     max_norm: f64,
-) -> Tensor<B::InnerBackend, 1> {
-    struct SquaredNorm<'a, B: AutodiffBackend> {
+) -> Tensor<1> {
+    struct SquaredNorm<'a> {
         grads: &'a GradientsParams,
-        sum: Option<Tensor<B::InnerBackend, 1>>,
+        sum: Option<Tensor<1>>,
     }
-    impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B> {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            if let Some(grad) = self.grads.get::<B::InnerBackend, D>(param.id) {
+    impl ModuleVisitor for SquaredNorm<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if let Some(grad) = self.grads.get::<D>(param.id) {
                 let squares = grad.powi_scalar(2).sum();
                 self.sum = Some(match self.sum.take() {
                     Some(sum) => sum + squares,
@@ -156,28 +149,28 @@ pub(crate) fn clip_global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
             }
         }
     }
-    struct Scale<'a, B: AutodiffBackend> {
+    struct Scale<'a> {
         grads: &'a mut GradientsParams,
-        factor: Tensor<B::InnerBackend, 1>,
+        factor: Tensor<1>,
     }
-    impl<B: AutodiffBackend> ModuleVisitor<B> for Scale<'_, B> {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            if let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) {
+    impl ModuleVisitor for Scale<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if let Some(grad) = self.grads.remove::<D>(param.id) {
                 let factor = self.factor.clone().reshape([1; D]);
                 self.grads.register(param.id, grad * factor);
             }
         }
     }
-    let mut norm = SquaredNorm::<B> { grads, sum: None };
+    let mut norm = SquaredNorm { grads, sum: None };
     model.visit(&mut norm);
     let Some(squared) = norm.sum else {
         // No gradient at all: norm 0, nothing to scale.
         let device = model.devices().first().cloned().unwrap_or_default();
-        return Tensor::<B, 1>::zeros([1], &device).inner();
+        return Tensor::<1>::zeros([1], &device).inner();
     };
     let norm = squared.sqrt();
     // max_norm / 0 = inf, clamped to 1: a zero gradient stays zero.
     let factor = norm.clone().recip().mul_scalar(max_norm).clamp_max(1.0);
-    model.visit(&mut Scale::<B> { grads, factor });
+    model.visit(&mut Scale { grads, factor });
     norm
 }

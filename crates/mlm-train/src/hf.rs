@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
-use burn::tensor::backend::Backend;
+use burn::tensor::Device;
 use burn::tensor::{Tensor, TensorData};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
@@ -374,7 +374,7 @@ impl ByPath {
     }
 }
 
-impl<B: Backend> ModuleVisitor<B> for ByPath {
+impl ModuleVisitor for ByPath {
     fn enter_module(&mut self, name: &str, _container_type: &str) {
         self.path.push(name.to_string());
     }
@@ -383,12 +383,12 @@ impl<B: Backend> ModuleVisitor<B> for ByPath {
         self.path.pop();
     }
 
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         self.tensors.insert(self.key(), param.val().into_data());
     }
 }
 
-impl<B: Backend> ModuleMapper<B> for ByPath {
+impl ModuleMapper for ByPath {
     fn enter_module(&mut self, name: &str, _container_type: &str) {
         self.path.push(name.to_string());
     }
@@ -397,7 +397,7 @@ impl<B: Backend> ModuleMapper<B> for ByPath {
         self.path.pop();
     }
 
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
         let key = self.key();
         let data = self
             .tensors
@@ -519,10 +519,7 @@ fn read_weights(path: &Path, names: &[HfName]) -> Result<HashMap<String, TensorD
 /// complete safetensors file; [`TrainError::HfTensorMissing`], [`TrainError::HfDtype`],
 /// [`TrainError::HfTensorShape`] or [`TrainError::HfTensorUnexpected`] naming the key.
 /// All checks run before the model is built.
-pub fn load_hf<B: Backend>(
-    dir: &Path,
-    device: &B::Device,
-) -> Result<(BertConfig, BertForMaskedLm<B>), TrainError> {
+pub fn load_hf(dir: &Path, device: &Device) -> Result<(BertConfig, BertForMaskedLm), TrainError> {
     let config_path = dir.join(CONFIG_FILE);
     let hf: HfBertConfig = read_json(&config_path)?;
     let config = hf.to_bert(&config_path)?;
@@ -531,7 +528,7 @@ pub fn load_hf<B: Backend>(
         path: Vec::new(),
         tensors,
     };
-    let model = config.init::<B>(device).map(&mut assign);
+    let model = config.init(device).map(&mut assign);
     Ok((config, model))
 }
 
@@ -540,8 +537,8 @@ pub fn load_hf<B: Backend>(
 ///
 /// # Errors
 /// [`TrainError::Io`] / [`TrainError::Json`] naming the file that could not be written.
-pub fn save_hf<B: Backend>(
-    model: &BertForMaskedLm<B>,
+pub fn save_hf(
+    model: &BertForMaskedLm,
     config: &BertConfig,
     pad_token_id: u32,
     dir: &Path,
@@ -556,7 +553,10 @@ pub fn save_hf<B: Backend>(
                 .tensors
                 .remove(&name.burn_path)
                 .unwrap_or_else(|| panic!("the model has no parameter {}", name.burn_path));
-            let ours: Vec<f32> = data.convert::<f32>().into_vec().expect("f32 data");
+            let ours: Vec<f32> = data
+                .convert::<f32>()
+                .try_into_vec::<f32>()
+                .expect("f32 data");
             let hf = if name.transposed {
                 transpose(&ours, name.shape[1], name.shape[0])
             } else {
@@ -620,18 +620,14 @@ fn save_tokenizer(
 /// Those of [`TrainedRun::load`] and [`save_hf`]; [`TrainError::Tokenizer`] if the
 /// vocabulary cannot be written as a `vocab.txt`; [`TrainError::InvalidInput`] if `out` already
 /// holds a `model.safetensors` (an earlier export is never overwritten).
-pub fn export_run<B: Backend>(
-    run_dir: &Path,
-    out: &Path,
-    device: &B::Device,
-) -> Result<(), TrainError> {
+pub fn export_run(run_dir: &Path, out: &Path, device: &Device) -> Result<(), TrainError> {
     if out.join("model.safetensors").exists() {
         return Err(TrainError::InvalidInput(format!(
             "{} already holds a model.safetensors: choose another folder, or remove it first",
             out.display()
         )));
     }
-    let run = TrainedRun::<B>::load(run_dir, device)?;
+    let run = TrainedRun::load(run_dir, device)?;
     save_hf(&run.model, &run.config.model, run.tokenizer.pad_id, out)?;
     save_tokenizer(
         &run.tokenizer,
@@ -666,13 +662,13 @@ pub fn load_tokenizer(dir: &Path) -> Result<WordPieceTokenizer, TrainError> {
 /// Those of [`load_hf`] and [`load_tokenizer`]; [`TrainError::HfConfig`] if the tokenizer's
 /// vocabulary is not the model's; [`TrainError::Config`] if `run_dir` already holds a run.
 /// Nothing is written unless everything was read and checked.
-pub fn import_run<B: Backend>(
+pub fn import_run(
     hf_dir: &Path,
     run_dir: &Path,
     corpus: &Path,
-    device: &B::Device,
+    device: &Device,
 ) -> Result<TrainConfig, TrainError> {
-    let (model_config, model) = load_hf::<B>(hf_dir, device)?;
+    let (model_config, model) = load_hf(hf_dir, device)?;
     let tokenizer = load_tokenizer(hf_dir)?;
     if tokenizer.vocab_size() != model_config.vocab_size {
         return Err(TrainError::HfConfig {
@@ -698,7 +694,6 @@ pub fn import_run<B: Backend>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::backend::NdArray;
 
     fn config() -> BertConfig {
         BertConfig::new(40)
@@ -714,13 +709,11 @@ mod tests {
     fn the_table_names_every_parameter_once_with_its_shape() {
         let config = config();
         let mut collect = ByPath::default();
-        config
-            .init::<NdArray>(&Default::default())
-            .visit(&mut collect);
+        config.init(&Device::flex()).visit(&mut collect);
         let model: HashMap<String, Vec<usize>> = collect
             .tensors
             .into_iter()
-            .map(|(path, data)| (path, data.shape.to_vec()))
+            .map(|(path, data)| (path, data.shape().to_vec()))
             .collect();
         let table = names(&config);
         let from_table: HashMap<String, Vec<usize>> = table

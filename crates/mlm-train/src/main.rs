@@ -16,7 +16,7 @@ use mlm_train::hf::{export_run, import_run};
 use mlm_train::predict::TrainedRun;
 use mlm_train::report::Summary;
 use mlm_train::stop::StopSignal;
-use mlm_train::{BertConfig, TrainError, with_backend};
+use mlm_train::{BertConfig, TrainError};
 use mlm_train::{TrainConfig, resume_with, train_with};
 
 /// Where `fetch-corpus` puts the default corpus, and where `train` looks for it.
@@ -329,6 +329,20 @@ impl TrainArgs {
     }
 }
 
+impl Command {
+    /// The backend this command runs on, if it names one.
+    fn backend(&self) -> Option<BackendKind> {
+        match self {
+            Self::Train(args) => Some(args.backend),
+            Self::Predict { backend, .. }
+            | Self::Eval { backend, .. }
+            | Self::ImportHf { backend, .. }
+            | Self::ExportHf { backend, .. } => Some(*backend),
+            Self::FetchCorpus { .. } | Self::Bench(_) => None,
+        }
+    }
+}
+
 fn run(cli: Cli) -> Result<u8, TrainError> {
     match cli.command {
         Command::FetchCorpus { corpus } => {
@@ -355,8 +369,9 @@ fn run(cli: Cli) -> Result<u8, TrainError> {
             top_k,
             backend,
             text,
-        } => with_backend!(backend, |B, device| {
-            let trained = TrainedRun::<B>::load(&run, &device)?;
+        } => {
+            let device = backend.plain_device()?;
+            let trained = TrainedRun::load(&run, &device)?;
             for prediction in trained.fill_mask(&text, top_k.get(), &device)? {
                 println!("[MASK] at token {}:", prediction.position);
                 for (token, p) in prediction.candidates {
@@ -364,13 +379,14 @@ fn run(cli: Cli) -> Result<u8, TrainError> {
                 }
             }
             Ok(0)
-        }),
+        }
         Command::Eval {
             run,
             corpus,
             backend,
-        } => with_backend!(backend, |B, device| {
-            let trained = TrainedRun::<B>::load(&run, &device)?;
+        } => {
+            let device = backend.plain_device()?;
+            let trained = TrainedRun::load(&run, &device)?;
             let eval = trained.evaluate(corpus.as_deref(), &device)?;
             let split = corpus.as_ref().map_or("held-out".into(), |path| {
                 format!("{} (every document)", path.display())
@@ -388,14 +404,15 @@ fn run(cli: Cli) -> Result<u8, TrainError> {
                 loss_by_input(eval.mask_loss, eval.random_loss, eval.unchanged_loss)
             );
             Ok(0)
-        }),
+        }
         Command::ImportHf {
             dir,
             out,
             corpus,
             backend,
-        } => with_backend!(backend, |B, device| {
-            let config = import_run::<B>(&dir, &out, &corpus, &device)?;
+        } => {
+            let device = backend.plain_device()?;
+            let config = import_run(&dir, &out, &corpus, &device)?;
             let m = &config.model;
             println!(
                 "imported {}: {} layers, hidden {}, {} heads, vocab {} ({} parameters) into {}",
@@ -408,12 +425,13 @@ fn run(cli: Cli) -> Result<u8, TrainError> {
                 out.display()
             );
             Ok(0)
-        }),
-        Command::ExportHf { run, out, backend } => with_backend!(backend, |B, device| {
-            export_run::<B>(&run, &out, &device)?;
+        }
+        Command::ExportHf { run, out, backend } => {
+            let device = backend.plain_device()?;
+            export_run(&run, &out, &device)?;
             println!("exported {} to {}", run.display(), out.display());
             Ok(0)
-        }),
+        }
     }
 }
 
@@ -437,10 +455,11 @@ fn train_command(args: &TrainArgs) -> Result<u8, TrainError> {
 fn train_as(args: &TrainArgs, group: Option<&ProcessGroup>) -> Result<u8, TrainError> {
     mlm_train::stop::install_handlers()?;
     let rank = group.map_or(0, |group| group.rank);
-    let summary = with_backend!(args.backend, |B, device| {
+    let summary = {
+        let device = args.backend.device()?;
         let backend = args.backend.name();
         match &args.resume {
-            Some(dir) => resume_with::<B>(
+            Some(dir) => resume_with(
                 dir,
                 args.max_steps,
                 args.time_budget,
@@ -455,10 +474,10 @@ fn train_as(args: &TrainArgs, group: Option<&ProcessGroup>) -> Result<u8, TrainE
                 if config.corpus == Path::new(DEFAULT_CORPUS) && rank == 0 {
                     fetch_corpus(&config.corpus)?;
                 }
-                train_with::<B>(config, &args.run, &device, backend, group)
+                train_with(config, &args.run, &device, backend, group)
             }
         }
-    })?;
+    }?;
     let run = args.resume.as_ref().unwrap_or(&args.run);
     print_result(&summary, run, rank);
     Ok(stop_status(&summary, run))
@@ -595,6 +614,14 @@ fn main() -> ExitCode {
     // SAFETY: sets a process-wide option before any thread starts; -1 is a valid value.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
     let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
+    if let Some(kind) = cli.command.backend()
+        && std::env::var_os("BURN_DEVICE").is_none()
+    {
+        // Burn puts what it loads without a device (AdamW's moments on resume) on its default
+        // device, the first GPU backend compiled in: make that the backend asked for.
+        // SAFETY: no other thread runs yet, so none reads the environment meanwhile.
+        unsafe { std::env::set_var("BURN_DEVICE", kind.name()) };
+    }
     ExitCode::from(exit_status(run(cli)))
 }
 

@@ -12,7 +12,7 @@ use burn::nn::{
     Dropout, DropoutConfig, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear,
     LinearConfig,
 };
-use burn::tensor::backend::Backend;
+use burn::tensor::Device;
 use burn::tensor::{Bool, Distribution, Int, Tensor, TensorData};
 use mlm_core::attention::{self, PADDING_BIAS};
 use mlm_core::{MaskedTargets, MlmError, MlmHead, MlmHeadConfig, gelu, multi_head_attention};
@@ -142,16 +142,13 @@ impl BertConfig {
     ///
     /// # Panics
     /// If [`validate`](Self::validate) fails.
-    pub fn init_seeded<B: Backend>(&self, seed: u64, device: &B::Device) -> BertForMaskedLm<B> {
+    pub fn init_seeded(&self, seed: u64, device: &Device) -> BertForMaskedLm {
         struct HostNormal {
             rng: StdRng,
             std: f64,
         }
-        impl<B: Backend> ModuleMapper<B> for HostNormal {
-            fn map_float<const D: usize>(
-                &mut self,
-                param: Param<Tensor<B, D>>,
-            ) -> Param<Tensor<B, D>> {
+        impl ModuleMapper for HostNormal {
+            fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
                 if D != 2 {
                     return param;
                 }
@@ -170,7 +167,7 @@ impl BertConfig {
                 })
             }
         }
-        let model = self.init::<B>(device).map(&mut HostNormal {
+        let model = self.init(device).map(&mut HostNormal {
             rng: stream_rng(seed, Stream::Init, 0),
             std: self.initializer_range,
         });
@@ -183,7 +180,7 @@ impl BertConfig {
     ///
     /// # Panics
     /// If [`validate`](Self::validate) fails.
-    pub fn init<B: Backend>(&self, device: &B::Device) -> BertForMaskedLm<B> {
+    pub fn init(&self, device: &Device) -> BertForMaskedLm {
         if let Err(message) = self.validate() {
             panic!("invalid BertConfig: {message}");
         }
@@ -256,10 +253,7 @@ impl BertConfig {
     ///
     /// [`sinusoidal_positions`]: Self::sinusoidal_positions
     /// [`local_attention_init`]: Self::local_attention_init
-    pub fn with_initial_values<B: Backend>(
-        &self,
-        mut model: BertForMaskedLm<B>,
-    ) -> BertForMaskedLm<B> {
+    pub fn with_initial_values(&self, mut model: BertForMaskedLm) -> BertForMaskedLm {
         let (n, d, std) = (
             self.max_position_embeddings,
             self.hidden_size,
@@ -388,28 +382,24 @@ fn identity(d: usize) -> TensorData {
 
 /// Token + position + segment embeddings, then LayerNorm and dropout.
 #[derive(Module, Debug)]
-pub struct BertEmbeddings<B: Backend> {
+pub struct BertEmbeddings {
     /// `[vocab, d_model]`; also the tied decoder of the MLM head.
-    pub word_embeddings: Embedding<B>,
+    pub word_embeddings: Embedding,
     /// `[max_position_embeddings, d_model]`, learned absolute positions.
-    pub position_embeddings: Embedding<B>,
+    pub position_embeddings: Embedding,
     /// `[type_vocab_size, d_model]`, segment A/B.
-    pub token_type_embeddings: Embedding<B>,
+    pub token_type_embeddings: Embedding,
     /// LayerNorm over the sum.
-    pub layer_norm: LayerNorm<B>,
+    pub layer_norm: LayerNorm,
     /// Its ε ([`BertConfig::layer_norm_eps`]; burn's `LayerNorm` keeps its own private).
     pub layer_norm_eps: f64,
     /// Dropout after the LayerNorm.
     pub dropout: Dropout,
 }
 
-impl<B: Backend> BertEmbeddings<B> {
+impl BertEmbeddings {
     /// `input_ids`, `token_type_ids`: `[batch, seq]` → `[batch, seq, d_model]`.
-    pub fn forward(
-        &self,
-        input_ids: Tensor<B, 2, Int>,
-        token_type_ids: Tensor<B, 2, Int>,
-    ) -> Tensor<B, 3> {
+    pub fn forward(&self, input_ids: Tensor<2, Int>, token_type_ids: Tensor<2, Int>) -> Tensor<3> {
         let [batch, seq] = input_ids.dims();
         let position_ids = Tensor::arange(0..seq as i64, &input_ids.device())
             .unsqueeze::<2>()
@@ -424,7 +414,7 @@ impl<B: Backend> BertEmbeddings<B> {
 
 /// `layer_norm` (with its `epsilon`) over the last dimension of `x`, as one
 /// [`mlm_core::layer_norm`] (a fused kernel on flex).
-fn norm<B: Backend>(layer_norm: &LayerNorm<B>, epsilon: f64, x: Tensor<B, 3>) -> Tensor<B, 3> {
+fn norm(layer_norm: &LayerNorm, epsilon: f64, x: Tensor<3>) -> Tensor<3> {
     let beta = layer_norm
         .beta
         .as_ref()
@@ -435,7 +425,7 @@ fn norm<B: Backend>(layer_norm: &LayerNorm<B>, epsilon: f64, x: Tensor<B, 3>) ->
 /// `linear` applied to every token of `x [batch, seq, d_in]` → `[batch, seq, d_out]`, as one
 /// `[batch·seq, d_in] × [d_in, d_out]` product: burn's 3-D `linear` broadcasts the weight into
 /// one small product per sequence, and its weight gradient into a `[batch, d_in, d_out]` sum.
-fn per_token<B: Backend>(linear: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+fn per_token(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
     let [batch, seq, d_in] = x.dims();
     let y = linear.forward(x.reshape([batch * seq, d_in]));
     let d_out = y.dims()[1];
@@ -444,24 +434,24 @@ fn per_token<B: Backend>(linear: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
 
 /// Multi-head scaled dot-product self-attention (`attention.self` in Hugging Face's names).
 #[derive(Module, Debug)]
-pub struct BertSelfAttention<B: Backend> {
+pub struct BertSelfAttention {
     /// Query projection `[d_model, d_model]`.
-    pub query: Linear<B>,
+    pub query: Linear,
     /// Key projection `[d_model, d_model]`.
-    pub key: Linear<B>,
+    pub key: Linear,
     /// Value projection `[d_model, d_model]`.
-    pub value: Linear<B>,
+    pub value: Linear,
     /// Dropout on the attention probabilities.
     pub dropout: Dropout,
     /// Number of heads.
     pub num_attention_heads: usize,
 }
 
-impl<B: Backend> BertSelfAttention<B> {
+impl BertSelfAttention {
     /// `hidden [batch, seq, d_model]`, `key_bias [batch, seq]` (0, or
     /// [`PADDING_BIAS`] at padding keys) → context `[batch, seq, d_model]`. Without dropout
     /// on the probabilities, one [`multi_head_attention`] (a fused kernel on flex).
-    pub fn forward(&self, hidden: Tensor<B, 3>, key_bias: Tensor<B, 2>) -> Tensor<B, 3> {
+    pub fn forward(&self, hidden: Tensor<3>, key_bias: Tensor<2>) -> Tensor<3> {
         let heads = self.num_attention_heads;
         let [query, key, value] =
             [&self.query, &self.key, &self.value].map(|linear| per_token(linear, hidden.clone()));
@@ -474,7 +464,7 @@ impl<B: Backend> BertSelfAttention<B> {
 
     /// Attention probabilities `[batch, heads, query, key]` (rows sum to 1), before dropout;
     /// arguments as in [`forward`](Self::forward).
-    pub fn probabilities(&self, hidden: Tensor<B, 3>, key_bias: Tensor<B, 2>) -> Tensor<B, 4> {
+    pub fn probabilities(&self, hidden: Tensor<3>, key_bias: Tensor<2>) -> Tensor<4> {
         let query = per_token(&self.query, hidden.clone());
         let key = per_token(&self.key, hidden);
         attention::probabilities(query, key, key_bias, self.num_attention_heads)
@@ -483,20 +473,20 @@ impl<B: Backend> BertSelfAttention<B> {
 
 /// Dense → dropout → residual add → LayerNorm (`attention.output` and `output` in HF's names).
 #[derive(Module, Debug)]
-pub struct BertResidual<B: Backend> {
+pub struct BertResidual {
     /// Projection back to `d_model`.
-    pub dense: Linear<B>,
+    pub dense: Linear,
     /// Post-LN LayerNorm over the residual sum.
-    pub layer_norm: LayerNorm<B>,
+    pub layer_norm: LayerNorm,
     /// Its ε ([`BertConfig::layer_norm_eps`]; burn's `LayerNorm` keeps its own private).
     pub layer_norm_eps: f64,
     /// Dropout before the residual add.
     pub dropout: Dropout,
 }
 
-impl<B: Backend> BertResidual<B> {
+impl BertResidual {
     /// `LayerNorm(residual + dropout(dense(hidden)))`, `[batch, seq, _]` → `[batch, seq, d_model]`.
-    pub fn forward(&self, hidden: Tensor<B, 3>, residual: Tensor<B, 3>) -> Tensor<B, 3> {
+    pub fn forward(&self, hidden: Tensor<3>, residual: Tensor<3>) -> Tensor<3> {
         let sum = residual + self.dropout.forward(per_token(&self.dense, hidden));
         norm(&self.layer_norm, self.layer_norm_eps, sum)
     }
@@ -504,27 +494,27 @@ impl<B: Backend> BertResidual<B> {
 
 /// Self-attention with its output block.
 #[derive(Module, Debug)]
-pub struct BertAttention<B: Backend> {
+pub struct BertAttention {
     /// `attention.self`.
-    pub self_attention: BertSelfAttention<B>,
+    pub self_attention: BertSelfAttention,
     /// `attention.output`.
-    pub output: BertResidual<B>,
+    pub output: BertResidual,
 }
 
 /// One post-LN encoder layer: attention block, then the GELU feed-forward block.
 #[derive(Module, Debug)]
-pub struct BertLayer<B: Backend> {
+pub struct BertLayer {
     /// Attention block.
-    pub attention: BertAttention<B>,
+    pub attention: BertAttention,
     /// Feed-forward expansion `[d_model, intermediate_size]`, followed by GELU (erf).
-    pub intermediate: Linear<B>,
+    pub intermediate: Linear,
     /// Feed-forward projection back, residual and LayerNorm.
-    pub output: BertResidual<B>,
+    pub output: BertResidual,
 }
 
-impl<B: Backend> BertLayer<B> {
+impl BertLayer {
     /// `[batch, seq, d_model]` → `[batch, seq, d_model]`.
-    pub fn forward(&self, hidden: Tensor<B, 3>, key_bias: Tensor<B, 2>) -> Tensor<B, 3> {
+    pub fn forward(&self, hidden: Tensor<3>, key_bias: Tensor<2>) -> Tensor<3> {
         let context = self
             .attention
             .self_attention
@@ -537,16 +527,16 @@ impl<B: Backend> BertLayer<B> {
 
 /// BERT with its masked-language-model head tied to the token embedding.
 #[derive(Module, Debug)]
-pub struct BertForMaskedLm<B: Backend> {
+pub struct BertForMaskedLm {
     /// `bert.embeddings`.
-    pub embeddings: BertEmbeddings<B>,
+    pub embeddings: BertEmbeddings,
     /// `bert.encoder.layer`.
-    pub layers: Vec<BertLayer<B>>,
+    pub layers: Vec<BertLayer>,
     /// `cls.predictions`: transform and output bias; the decoder is `word_embeddings`.
-    pub head: MlmHead<B>,
+    pub head: MlmHead,
 }
 
-impl<B: Backend> BertForMaskedLm<B> {
+impl BertForMaskedLm {
     /// Hidden states of the last layer.
     ///
     /// # Shapes
@@ -555,10 +545,10 @@ impl<B: Backend> BertForMaskedLm<B> {
     /// - output: `[batch, seq, d_model]`
     pub fn encode(
         &self,
-        input_ids: Tensor<B, 2, Int>,
-        token_type_ids: Tensor<B, 2, Int>,
-        padding_mask: Tensor<B, 2, Bool>,
-    ) -> Tensor<B, 3> {
+        input_ids: Tensor<2, Int>,
+        token_type_ids: Tensor<2, Int>,
+        padding_mask: Tensor<2, Bool>,
+    ) -> Tensor<3> {
         // Additive bias: a padding key gets -1e9 before the softmax, i.e. probability 0.
         let key_bias = padding_mask.float().mul_scalar(PADDING_BIAS);
         let mut hidden = self.embeddings.forward(input_ids, token_type_ids);
@@ -581,11 +571,11 @@ impl<B: Backend> BertForMaskedLm<B> {
     /// vocabulary.
     pub fn forward_masked(
         &self,
-        input_ids: Tensor<B, 2, Int>,
-        token_type_ids: Tensor<B, 2, Int>,
-        padding_mask: Tensor<B, 2, Bool>,
-        targets: &MaskedTargets<B>,
-    ) -> Result<Tensor<B, 2>, MlmError> {
+        input_ids: Tensor<2, Int>,
+        token_type_ids: Tensor<2, Int>,
+        padding_mask: Tensor<2, Bool>,
+        targets: &MaskedTargets,
+    ) -> Result<Tensor<2>, MlmError> {
         let hidden = self.encode(input_ids, token_type_ids, padding_mask);
         self.head.forward_targets(
             hidden,
@@ -600,10 +590,10 @@ impl<B: Backend> BertForMaskedLm<B> {
     /// None in practice: the head's shapes are fixed by construction.
     pub fn forward(
         &self,
-        input_ids: Tensor<B, 2, Int>,
-        token_type_ids: Tensor<B, 2, Int>,
-        padding_mask: Tensor<B, 2, Bool>,
-    ) -> Result<Tensor<B, 3>, MlmError> {
+        input_ids: Tensor<2, Int>,
+        token_type_ids: Tensor<2, Int>,
+        padding_mask: Tensor<2, Bool>,
+    ) -> Result<Tensor<3>, MlmError> {
         let hidden = self.encode(input_ids, token_type_ids, padding_mask);
         self.head
             .forward(hidden, Some(self.embeddings.word_embeddings.weight.val()))

@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
+use burn::tensor::Device;
 use burn::tensor::activation::softmax;
-use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
 use crate::checkpoint;
@@ -24,22 +24,22 @@ pub struct MaskPrediction {
 }
 
 /// A trained run loaded for inference: configuration, tokenizer and newest checkpoint.
-pub struct TrainedRun<B: Backend> {
+pub struct TrainedRun {
     /// The run's configuration.
     pub config: TrainConfig,
     /// The run's tokenizer.
     pub tokenizer: WordPieceTokenizer,
     /// The model of the newest complete checkpoint.
-    pub model: BertForMaskedLm<B>,
+    pub model: BertForMaskedLm,
 }
 
-impl<B: Backend> TrainedRun<B> {
+impl TrainedRun {
     /// Loads the run in `run_dir`.
     ///
     /// # Errors
     /// [`TrainError::Json`], [`TrainError::Tokenizer`] or [`TrainError::Checkpoint`]
     /// naming the missing or broken file.
-    pub fn load(run_dir: &Path, device: &B::Device) -> Result<Self, TrainError> {
+    pub fn load(run_dir: &Path, device: &Device) -> Result<Self, TrainError> {
         let dir = RunDir(run_dir.to_path_buf());
         let config = dir.load_config()?;
         let tokenizer = WordPieceTokenizer::from_file(&dir.tokenizer())?;
@@ -59,7 +59,7 @@ impl<B: Backend> TrainedRun<B> {
         &self,
         text: &str,
         top_k: usize,
-        device: &B::Device,
+        device: &Device,
     ) -> Result<Vec<MaskPrediction>, TrainError> {
         let t = &self.tokenizer;
         let mut ids = vec![t.cls_id];
@@ -78,16 +78,16 @@ impl<B: Backend> TrainedRun<B> {
         }
         let seq = ids.len();
         let input: Vec<i64> = ids.iter().map(|&id| i64::from(id)).collect();
-        let input_ids = Tensor::<B, 2, Int>::from_data(TensorData::new(input, [1, seq]), device);
+        let input_ids = Tensor::<2, Int>::from_data(TensorData::new(input, [1, seq]), device);
         let padding =
-            Tensor::<B, 2, Bool>::from_data(TensorData::new(vec![false; seq], [1, seq]), device);
+            Tensor::<2, Bool>::from_data(TensorData::new(vec![false; seq], [1, seq]), device);
         let logits = self
             .model
             .forward(input_ids, Tensor::zeros([1, seq], device), padding)?;
         let probs: Vec<f32> = softmax(logits, 2)
             .into_data()
             .convert::<f32>()
-            .into_vec()
+            .try_into_vec::<f32>()
             .unwrap_or_default();
         let vocab = t.vocab_size();
         Ok(masks
@@ -115,7 +115,7 @@ impl<B: Backend> TrainedRun<B> {
     pub fn evaluate(
         &self,
         corpus: Option<&Path>,
-        device: &B::Device,
+        device: &Device,
     ) -> Result<EvalMetrics, TrainError> {
         let sequences = match corpus {
             Some(path) => data::pack(

@@ -6,8 +6,6 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use burn::tensor::backend::Backend;
-
 use crate::checkpoint::{self, RunState};
 use crate::config::{DEFAULT_LOG_EVERY, Masking, TrainConfig};
 use crate::data::WordPieceTokenizer;
@@ -212,6 +210,7 @@ impl ResumedRun {
         };
         let mut config = dir.load_config()?;
         let from = checkpoint::latest(path).map_err(|e| no_checkpoint(e, path))?;
+        checkpoint::check_format(&from)?;
         let done: RunState = read_json(&from.join("state.json"))?;
         if !checkpoint::has_optimizer_state(&from) {
             return Err(TrainError::InvalidInput(format!(
@@ -324,11 +323,11 @@ fn no_checkpoint(e: TrainError, path: &Path) -> TrainError {
 /// # Errors
 /// [`TrainError::Config`] if `path` already holds a run; [`TrainError::Io`] /
 /// [`TrainError::Checkpoint`] naming the file.
-pub fn write_imported<B: Backend>(
+pub fn write_imported(
     path: &Path,
     config: &TrainConfig,
     tokenizer: &WordPieceTokenizer,
-    model: &BertForMaskedLm<B>,
+    model: &BertForMaskedLm,
 ) -> Result<(), TrainError> {
     let dir = RunDir(path.to_path_buf());
     if dir.config().exists() {

@@ -6,9 +6,9 @@
 //! per parameter rather than by global norm, and cannot resume a run mid-epoch at the
 //! same data order and masks. Each of those is a line here.
 
+use burn::tensor::Device;
 use std::path::{Path, PathBuf};
 
-use burn::tensor::backend::AutodiffBackend;
 use sha2::{Digest, Sha256};
 
 use crate::data::{self, BatchSchedule, WordPieceTokenizer};
@@ -34,13 +34,13 @@ use crate::config::TrainConfig;
 /// step. A run that fails before its first checkpoint leaves no run behind (`run_dir` is
 /// removed if this call made it; otherwise its `config.json` is), so the same command can
 /// be run again.
-pub fn train<B: AutodiffBackend>(
+pub fn train(
     config: TrainConfig,
     run_dir: &Path,
-    device: &B::Device,
+    device: &Device,
     backend: &str,
 ) -> Result<Summary, TrainError> {
-    train_with::<B>(config, run_dir, device, backend, None)
+    train_with(config, run_dir, device, backend, None)
 }
 
 /// [`train`], as rank `group.rank` of a data-parallel run of `config.world_size` processes
@@ -51,10 +51,10 @@ pub fn train<B: AutodiffBackend>(
 /// # Errors
 /// As [`train`]; [`TrainError::Config`] for a `config.world_size` other than the group's
 /// (1 without a group); [`TrainError::Collective`] if the ranks disagree.
-pub fn train_with<B: AutodiffBackend>(
+pub fn train_with(
     mut config: TrainConfig,
     run_dir: &Path,
-    device: &B::Device,
+    device: &Device,
     backend: &str,
     group: Option<&ProcessGroup>,
 ) -> Result<Summary, TrainError> {
@@ -65,10 +65,10 @@ pub fn train_with<B: AutodiffBackend>(
     config.corpus = std::fs::canonicalize(&config.corpus)
         .map_err(|_| TrainError::CorpusNotFound(config.corpus.clone()))?;
     if !writes_run(group) {
-        return start::<B>(&mut config, None, device, backend, group);
+        return start(&mut config, None, device, backend, group);
     }
     let run = NewRun::create(run_dir)?;
-    let result = start::<B>(&mut config, Some(&run.dir), device, backend, group);
+    let result = start(&mut config, Some(&run.dir), device, backend, group);
     if result.is_err() {
         run.abandon();
     }
@@ -77,10 +77,10 @@ pub fn train_with<B: AutodiffBackend>(
 
 /// Writes the tokenizer and `config.json` of a new run in the locked `dir` (if this process
 /// writes the run), then trains.
-fn start<B: AutodiffBackend>(
+fn start(
     config: &mut TrainConfig,
     dir: Option<&RunDir>,
-    device: &B::Device,
+    device: &Device,
     backend: &str,
     group: Option<&ProcessGroup>,
 ) -> Result<Summary, TrainError> {
@@ -95,7 +95,7 @@ fn start<B: AutodiffBackend>(
         prepared.tokenizer.save(&dir.tokenizer())?;
         write_json(&dir.config(), config)?;
     }
-    run::<B>(config, dir, prepared, None, device, backend, group)
+    run(config, dir, prepared, None, device, backend, group)
 }
 
 /// Continues the run in `run_dir` from its newest complete checkpoint, optionally to a
@@ -106,13 +106,13 @@ fn start<B: AutodiffBackend>(
 /// As [`train`] ([`TrainError::RunInUse`] while another process writes `run_dir`), and
 /// those of [`ResumedRun::open`] ([`TrainError::Checkpoint`] if no complete checkpoint
 /// exists; [`TrainError::BudgetSpent`] for a run by the clock with no time left).
-pub fn resume<B: AutodiffBackend>(
+pub fn resume(
     run_dir: &Path,
     max_steps: Option<usize>,
-    device: &B::Device,
+    device: &Device,
     backend: &str,
 ) -> Result<Summary, TrainError> {
-    resume_with::<B>(run_dir, max_steps, None, device, backend, None)
+    resume_with(run_dir, max_steps, None, device, backend, None)
 }
 
 /// [`resume`], as one rank of a data-parallel run ([`train_with`]) if `group` is given:
@@ -122,11 +122,11 @@ pub fn resume<B: AutodiffBackend>(
 ///
 /// # Errors
 /// As [`resume`] and [`train_with`].
-pub fn resume_with<B: AutodiffBackend>(
+pub fn resume_with(
     run_dir: &Path,
     max_steps: Option<usize>,
     time_budget_seconds: Option<f64>,
-    device: &B::Device,
+    device: &Device,
     backend: &str,
     group: Option<&ProcessGroup>,
 ) -> Result<Summary, TrainError> {
@@ -139,7 +139,7 @@ pub fn resume_with<B: AutodiffBackend>(
     }
     let dir = writer.then_some(&resumed.dir);
     let from = Some(resumed.checkpoint.clone());
-    run::<B>(&resumed.config, dir, prepared, from, device, backend, group)
+    run(&resumed.config, dir, prepared, from, device, backend, group)
 }
 
 /// Whether this process writes the run: a single process, or rank 0.
@@ -212,12 +212,12 @@ fn prepare_data(
 /// Trains from `resume_from` (or from scratch) to `config.max_steps` or to the end of the
 /// time budget, or until a stop request, then writes the plot and the summary (where `dir`
 /// is given: the writer).
-fn run<B: AutodiffBackend>(
+fn run(
     config: &TrainConfig,
     dir: Option<&RunDir>,
     prepared: data::PreparedData,
     resume_from: Option<PathBuf>,
-    device: &B::Device,
+    device: &Device,
     backend: &str,
     group: Option<&ProcessGroup>,
 ) -> Result<Summary, TrainError> {
@@ -226,14 +226,14 @@ fn run<B: AutodiffBackend>(
         train: sequences,
         held_out,
     } = prepared;
-    let mut trainer = Trainer::<B>::new(config, &tokenizer, device)?;
+    let mut trainer = Trainer::new(config, &tokenizer, device)?;
     if let Some(from) = &resume_from {
         trainer = trainer.load_checkpoint(from)?;
     }
     let done = trainer.state().step;
     if let Some(group) = group {
         let facts = start_facts(config, &tokenizer, sequences.len(), done)?;
-        let sync = group.join::<B>(&facts)?;
+        let sync = group.join(&facts)?;
         trainer = trainer.with_ranks(group.rank(), sync);
     }
     let mut session = Session {
@@ -300,8 +300,8 @@ fn start_facts(
 }
 
 /// A training session: the trainer, where its batches come from, and where its results go.
-struct Session<'a, B: AutodiffBackend> {
-    trainer: Trainer<B>,
+struct Session<'a> {
+    trainer: Trainer,
     schedule: BatchSchedule<'a>,
     /// `None` on a rank that does not write the run.
     metrics: Option<MetricsLog>,
@@ -314,7 +314,7 @@ struct Session<'a, B: AutodiffBackend> {
     dir: Option<&'a RunDir>,
 }
 
-impl<B: AutodiffBackend> Session<'_, B> {
+impl Session<'_> {
     /// Steps until `max_steps` (by the clock: until a step finds the time budget spent) or a
     /// stop request; returns the last step's evaluation (if that step was evaluated) and the
     /// signal (of any rank) that ended the run early.

@@ -15,11 +15,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
-use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{AdamW, GradientsParams, Optimizer};
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{ElementConversion, Tensor};
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::optim::{GradientsParams, ModuleOptimizer};
+use burn::tensor::Device;
+use burn::tensor::Tensor;
 use mlm_core::{MaskedBatch, MaskedCrossEntropy, Masker};
 
 use crate::checkpoint::{self, RunState};
@@ -34,11 +33,11 @@ use crate::seed::{Stream, derive_seed};
 use crate::stop::StopSignal;
 
 /// What a rank computed in one step, or their sum over all ranks.
-pub struct StepSums<B: AutodiffBackend> {
+pub struct StepSums {
     /// The gradients of the model's parameters.
     pub grads: GradientsParams,
     /// `[loss sum (nats), correct predictions]`, kept on the device.
-    pub totals: Tensor<B::InnerBackend, 1>,
+    pub totals: Tensor<1>,
     /// `[stop requests, progress]` on the host, where only rank 0 gives its progress through
     /// the time budget (elapsed ÷ budget; 0 for a run by step count) and the others 0.
     pub shared: [f64; 2],
@@ -46,7 +45,7 @@ pub struct StepSums<B: AutodiffBackend> {
 
 /// Sums what every rank computed in one step ([`StepSums`]). The identity for a single
 /// process; across processes, [`crate::distributed`].
-pub trait GradientSync<B: AutodiffBackend> {
+pub trait GradientSync {
     /// The sums over all ranks of this rank's `sums` (`grads` for the parameters of
     /// `model`); the `shared` values come back to the host, since every rank acts on them.
     ///
@@ -54,9 +53,9 @@ pub trait GradientSync<B: AutodiffBackend> {
     /// [`TrainError::Collective`] if a rank is gone or the reduction fails.
     fn all_reduce(
         &mut self,
-        model: &BertForMaskedLm<B>,
-        sums: StepSums<B>,
-    ) -> Result<StepSums<B>, TrainError>;
+        model: &BertForMaskedLm,
+        sums: StepSums,
+    ) -> Result<StepSums, TrainError>;
 
     /// What the sums cost so far.
     fn traffic(&self) -> Traffic;
@@ -132,10 +131,10 @@ pub struct StepMetrics {
 
 /// A step whose metrics are still on the device: `[loss sum, correct predictions, gradient
 /// norm]` over its `n_masked` masked tokens.
-struct PendingStep<B: Backend> {
+struct PendingStep {
     out: StepOutput,
     n_masked: usize,
-    values: Tensor<B, 1>,
+    values: Tensor<1>,
 }
 
 /// Where this session (a new run, or one resume of it) started.
@@ -147,23 +146,23 @@ struct Segment {
 }
 
 /// A model in training, with everything its next step needs.
-pub struct Trainer<B: AutodiffBackend> {
+pub struct Trainer {
     config: TrainConfig,
-    model: BertForMaskedLm<B>,
-    optimizer: OptimizerAdaptor<AdamW, BertForMaskedLm<B>, B>,
+    model: BertForMaskedLm,
+    optimizer: ModuleOptimizer,
     masker: Masker,
     loss_fn: MaskedCrossEntropy,
     state: RunState,
     segment: Segment,
     pad_id: u32,
     rank: Rank,
-    sync: Option<Box<dyn GradientSync<B>>>,
+    sync: Option<Box<dyn GradientSync>>,
     /// Steps taken since the last [`take_metrics`](Self::take_metrics).
-    pending: Vec<PendingStep<B::InnerBackend>>,
-    device: B::Device,
+    pending: Vec<PendingStep>,
+    device: Device,
 }
 
-impl<B: AutodiffBackend> Trainer<B> {
+impl Trainer {
     /// A fresh model from `config.seed` ([`BertConfig::init_seeded`]) at step 0, masking
     /// with `tokenizer`'s vocabulary.
     ///
@@ -174,7 +173,7 @@ impl<B: AutodiffBackend> Trainer<B> {
     pub fn new(
         config: &TrainConfig,
         tokenizer: &WordPieceTokenizer,
-        device: &B::Device,
+        device: &Device,
     ) -> Result<Self, TrainError> {
         let state = RunState {
             step: 0,
@@ -202,15 +201,14 @@ impl<B: AutodiffBackend> Trainer<B> {
     /// # Errors
     /// [`TrainError::Checkpoint`] / [`TrainError::Json`] naming the broken file.
     pub fn load_checkpoint(mut self, dir: &Path) -> Result<Self, TrainError> {
-        self.model = checkpoint::load_model::<B>(dir, &self.config.model, &self.device)?;
-        (self.optimizer, self.state) =
-            checkpoint::load_training::<B, _>(dir, self.optimizer, &self.device)?;
+        self.model = checkpoint::load_model(dir, &self.config.model, &self.device)?;
+        (self.optimizer, self.state) = checkpoint::load_training(dir, self.optimizer)?;
         self.segment = Segment::at(&self.state);
         Ok(self)
     }
 
     /// Trains as `rank` of a data-parallel run whose gradients `sync` sums.
-    pub fn with_ranks(mut self, rank: Rank, sync: Box<dyn GradientSync<B>>) -> Self {
+    pub fn with_ranks(mut self, rank: Rank, sync: Box<dyn GradientSync>) -> Self {
         self.rank = rank;
         self.sync = Some(sync);
         self
@@ -227,7 +225,7 @@ impl<B: AutodiffBackend> Trainer<B> {
     }
 
     /// The model being trained.
-    pub fn model(&self) -> &BertForMaskedLm<B> {
+    pub fn model(&self) -> &BertForMaskedLm {
         &self.model
     }
 
@@ -247,10 +245,8 @@ impl<B: AutodiffBackend> Trainer<B> {
         let step = self.state.step + 1;
         // Dropout draws from the backend's generator: seed it per step, so that a resumed run
         // replays the same dropout masks as an uninterrupted one.
-        B::seed(
-            &self.device,
-            derive_seed(self.config.seed, Stream::Dropout, step as u64),
-        );
+        self.device
+            .seed(derive_seed(self.config.seed, Stream::Dropout, step as u64));
         let (shards, n_masked, n_tokens) = self.my_shards(micro_batches)?;
         let vocab_size = self.config.model.vocab_size;
         let shards = shards
@@ -329,7 +325,7 @@ impl<B: AutodiffBackend> Trainer<B> {
         let values = Tensor::cat(self.pending.iter().map(|p| p.values.clone()).collect(), 0)
             .into_data()
             .convert::<f64>()
-            .into_vec::<f64>()
+            .try_into_vec::<f64>()
             .expect("float metrics convert to f64");
         let mut metrics = Vec::with_capacity(self.pending.len());
         for (pending, values) in self.pending.iter().zip(values.chunks(3)) {
@@ -412,7 +408,7 @@ impl<B: AutodiffBackend> Trainer<B> {
             held_out,
             tokenizer,
             &self.config,
-            &self.device,
+            &self.device.clone().without_autodiff(),
         )
     }
 
@@ -504,10 +500,10 @@ impl Segment {
 
 /// `Σ (w − w)` over every weight of `model`, read back once: exactly 0 when every weight is
 /// finite, NaN otherwise (`inf − inf` and anything with NaN are NaN).
-fn non_finite_weights<B: AutodiffBackend>(model: &BertForMaskedLm<B>) -> f64 {
-    struct Check<B: Backend>(Option<Tensor<B, 1>>);
-    impl<B: AutodiffBackend> ModuleVisitor<B> for Check<B::InnerBackend> {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+fn non_finite_weights(model: &BertForMaskedLm) -> f64 {
+    struct Check(Option<Tensor<1>>);
+    impl ModuleVisitor for Check {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
             let weights = param.val().inner();
             let zero = (weights.clone() - weights).sum();
             self.0 = Some(match self.0.take() {
@@ -516,7 +512,7 @@ fn non_finite_weights<B: AutodiffBackend>(model: &BertForMaskedLm<B>) -> f64 {
             });
         }
     }
-    let mut check = Check::<B::InnerBackend>(None);
+    let mut check = Check(None);
     model.visit(&mut check);
-    check.0.map_or(0.0, |sum| sum.into_scalar().elem::<f64>())
+    check.0.map_or(0.0, |sum| sum.into_scalar::<f64>())
 }

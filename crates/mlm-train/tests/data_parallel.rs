@@ -45,14 +45,12 @@ fn a_build_without_mpi_refuses_a_launchers_world_and_writes_nothing() {
 #[cfg(feature = "mpi")]
 mod under_mpirun {
     use super::*;
+    use common::{flex_device, parameters, resume_command as resume, summary, train_losses};
+    use mlm_train::report::read_metrics;
+    use mlm_train::{RunDir, checkpoint};
     use std::path::Path;
     use std::process::{Child, Command, Output, Stdio};
     use std::time::{Duration, Instant};
-
-    use burn::backend::NdArray;
-    use common::{parameters, resume_command as resume, summary, train_losses};
-    use mlm_train::report::read_metrics;
-    use mlm_train::{RunDir, checkpoint};
 
     /// No test process may outlive this; they are killed then (and the test fails).
     const LIMIT: Duration = Duration::from_secs(120);
@@ -166,10 +164,7 @@ mod under_mpirun {
     fn final_weights(run: &Path) -> Vec<f32> {
         let config = RunDir(run.to_path_buf()).load_config().unwrap();
         let latest = checkpoint::latest(run).unwrap();
-        parameters(
-            &checkpoint::load_model::<NdArray>(&latest, &config.model, &Default::default())
-                .unwrap(),
-        )
+        parameters(&checkpoint::load_model(&latest, &config.model, &flex_device()).unwrap())
     }
 
     /// The training and held-out losses and the final weights of `a` and `b` agree within

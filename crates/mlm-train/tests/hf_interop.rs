@@ -4,10 +4,6 @@
 //! the imported model gives the same loss and logits; export → import gives identical
 //! logits; every kind of bad file is a typed error naming the key, and leaves nothing behind.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-
-use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use mlm_core::masked_cross_entropy_with_labels;
 use mlm_train::data::SPECIAL_TOKENS;
@@ -18,8 +14,8 @@ use mlm_train::{BertForMaskedLm, TrainError};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
-
-type B = NdArray;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny_bert")
@@ -41,25 +37,27 @@ fn ints(value: &Value) -> Vec<i64> {
 }
 
 /// Logits `[batch, seq, vocab]` (flat) of `model` on the cases' inputs.
-fn logits(model: &BertForMaskedLm<B>, cases: &Value) -> Tensor<B, 3> {
-    let device = Default::default();
+fn logits(model: &BertForMaskedLm, cases: &Value) -> Tensor<3> {
+    let device = flex_device();
     let shape = [2, 8];
-    let int = |key: &str| {
-        Tensor::<B, 2, Int>::from_data(TensorData::new(ints(&cases[key]), shape), &device)
-    };
+    let int =
+        |key: &str| Tensor::<2, Int>::from_data(TensorData::new(ints(&cases[key]), shape), &device);
     // Hugging Face's attention_mask is 1 on real tokens; our padding_mask is true on padding.
     let padding: Vec<bool> = ints(&cases["attention_mask"])
         .iter()
         .map(|&m| m == 0)
         .collect();
-    let padding = Tensor::<B, 2, Bool>::from_data(TensorData::new(padding, shape), &device);
+    let padding = Tensor::<2, Bool>::from_data(TensorData::new(padding, shape), &device);
     model
         .forward(int("input_ids"), int("token_type_ids"), padding)
         .unwrap()
 }
 
-fn to_vec(t: Tensor<B, 3>) -> Vec<f32> {
-    t.into_data().convert::<f32>().into_vec().unwrap()
+fn to_vec(t: Tensor<3>) -> Vec<f32> {
+    t.into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .unwrap()
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -73,7 +71,7 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 #[test]
 fn transformers_tiny_bert_gives_the_reference_loss_and_logits() {
     let cases = cases();
-    let (config, model) = load_hf::<B>(&fixture(), &Default::default()).unwrap();
+    let (config, model) = load_hf(&fixture(), &flex_device()).unwrap();
     assert_eq!(
         (
             config.vocab_size,
@@ -84,12 +82,12 @@ fn transformers_tiny_bert_gives_the_reference_loss_and_logits() {
     );
     let logits = logits(&model, &cases);
     assert_eq!(logits.dims(), [2, 8, 64]);
-    let labels = Tensor::<B, 2, Int>::from_data(
+    let labels = Tensor::<2, Int>::from_data(
         TensorData::new(ints(&cases["labels"]), [2, 8]),
-        &Default::default(),
+        &flex_device(),
     );
     let out = masked_cross_entropy_with_labels(logits.clone(), labels).unwrap();
-    let loss = out.loss.into_scalar();
+    let loss = out.loss.into_scalar::<f32>();
     let expected_loss = cases["expected"]["loss"].as_f64().unwrap() as f32;
     let expected: Vec<f32> = cases["expected"]["logits"]
         .as_array()
@@ -134,24 +132,24 @@ fn fixture_with_vocab(dir: &Path) -> PathBuf {
 
 #[test]
 fn import_then_export_then_import_gives_identical_logits() {
-    let device = Default::default();
+    let device = flex_device();
     let tmp = tempfile::tempdir().unwrap();
     let hf = fixture_with_vocab(tmp.path());
     let run = tmp.path().join("run");
     let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/corpus");
-    let config = import_run::<B>(&hf, &run, &corpus, &device).unwrap();
+    let config = import_run(&hf, &run, &corpus, &device).unwrap();
     assert_eq!(config.max_seq_len, 16);
 
     // An imported run has no optimizer state: a resume is refused and changes nothing.
     let saved = std::fs::read(run.join("config.json")).unwrap();
-    match resume::<Autodiff<B>>(&run, Some(100), &device, "ndarray") {
+    match resume(&run, Some(100), &device, "flex") {
         Err(TrainError::InvalidInput(m)) => assert!(m.contains("cannot be resumed"), "{m}"),
         other => panic!("{other:?}"),
     }
     assert_eq!(std::fs::read(run.join("config.json")).unwrap(), saved);
 
     // The imported run is a run: predict and eval read it.
-    let trained = TrainedRun::<B>::load(&run, &device).unwrap();
+    let trained = TrainedRun::load(&run, &device).unwrap();
     let predictions = trained
         .fill_mask("the whale [MASK] the sea", 3, &device)
         .unwrap();
@@ -160,9 +158,9 @@ fn import_then_export_then_import_gives_identical_logits() {
     assert!(eval.n_masked > 0 && eval.loss.is_finite(), "{eval:?}");
 
     let out = tmp.path().join("exported");
-    export_run::<B>(&run, &out, &device).unwrap();
+    export_run(&run, &out, &device).unwrap();
     // A second export into the same folder is refused rather than overwriting the first.
-    match export_run::<B>(&run, &out, &device) {
+    match export_run(&run, &out, &device) {
         Err(TrainError::InvalidInput(m)) => {
             assert!(m.contains("already holds a model.safetensors"))
         }
@@ -200,7 +198,7 @@ fn import_then_export_then_import_gives_identical_logits() {
     }
 
     let cases = cases();
-    let (_, reimported) = load_hf::<B>(&out, &device).unwrap();
+    let (_, reimported) = load_hf(&out, &device).unwrap();
     let before = to_vec(logits(&trained.model, &cases));
     let after = to_vec(logits(&reimported, &cases));
     let diff = max_abs_diff(&before, &after);
@@ -264,7 +262,7 @@ fn import_spoilt(spoil: impl FnOnce(&Path)) -> TrainError {
     let hf = fixture_with_vocab(tmp.path());
     spoil(&hf);
     let run = tmp.path().join("run");
-    let error = import_run::<B>(&hf, &run, Path::new("unused"), &Default::default())
+    let error = import_run(&hf, &run, Path::new("unused"), &flex_device())
         .expect_err("a spoilt folder must not import");
     assert!(
         !run.exists(),
@@ -395,7 +393,7 @@ fn an_unsupported_activation_is_a_config_error() {
 
 #[test]
 fn a_stored_decoder_must_be_the_word_embeddings() {
-    let device = Default::default();
+    let device = flex_device();
     let word = "bert.embeddings.word_embeddings.weight";
     let decoder = "cls.predictions.decoder.weight";
     // Stored and equal (as older checkpoints hold it): accepted, same logits.
@@ -415,8 +413,8 @@ fn a_stored_decoder_must_be_the_word_embeddings() {
         };
         tensors.insert("bert.pooler.dense.bias".into(), pooler);
     });
-    let (_, with_copy) = load_hf::<B>(&hf, &device).unwrap();
-    let (_, reference) = load_hf::<B>(&fixture(), &device).unwrap();
+    let (_, with_copy) = load_hf(&hf, &device).unwrap();
+    let (_, reference) = load_hf(&fixture(), &device).unwrap();
     let cases = cases();
     assert_eq!(
         to_vec(logits(&with_copy, &cases)),
@@ -460,11 +458,11 @@ fn an_export_made_by_0_1_imports_and_gives_0_1s_loss_and_predictions() {
             "{actual} vs 0.1's {expected}"
         );
     };
-    let device = Default::default();
+    let device = flex_device();
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
-    import_run::<B>(&export, &run, &corpus, &device).unwrap();
-    let trained = TrainedRun::<B>::load(&run, &device).unwrap();
+    import_run(&export, &run, &corpus, &device).unwrap();
+    let trained = TrainedRun::load(&run, &device).unwrap();
 
     let eval = trained.evaluate(None, &device).unwrap();
     assert_eq!(eval.n_masked as u64, expected["n_masked"].as_u64().unwrap());
@@ -477,4 +475,9 @@ fn an_export_made_by_0_1_imports_and_gives_0_1s_loss_and_predictions() {
         assert_eq!(token, want[0].as_str().unwrap());
         close(*p, &want[1]);
     }
+}
+
+/// The tests' device: burn-flex, the reference CPU backend, with autodiff.
+fn flex_device() -> burn::tensor::Device {
+    burn::tensor::Device::flex().autodiff()
 }

@@ -6,16 +6,16 @@
 
 mod common;
 
+use common::{
+    flex_device, parameters, path_arg, resume_command, run_to_end, steps, summary, train_command,
+};
+use mlm_train::checkpoint;
+use mlm_train::report::{MetricsRow, Summary, read_metrics};
+use mlm_train::{RunDir, TrainConfig};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-use burn::backend::NdArray;
-use common::{parameters, path_arg, resume_command, run_to_end, steps, summary, train_command};
-use mlm_train::checkpoint;
-use mlm_train::report::{MetricsRow, Summary, read_metrics};
-use mlm_train::{RunDir, TrainConfig};
 
 /// The `mlm-train` binary of this build.
 const BIN: &str = env!("CARGO_BIN_EXE_mlm-train");
@@ -60,9 +60,7 @@ fn metrics(run: &Path) -> Vec<(usize, String, f64, f64, f64)> {
 fn weights(run: &Path, step: usize) -> Vec<f32> {
     let config = RunDir(run.to_path_buf()).load_config().unwrap();
     let dir = checkpoint::checkpoint_dir(run, step);
-    parameters(
-        &checkpoint::load_model::<NdArray>(&dir, &config.model, &Default::default()).unwrap(),
-    )
+    parameters(&checkpoint::load_model(&dir, &config.model, &flex_device()).unwrap())
 }
 
 /// `mlm-train train --resume RUN [extra]`, which must succeed.

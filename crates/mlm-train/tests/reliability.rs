@@ -4,21 +4,17 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
-
-use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
-use common::{copy_dir, micro_config, parameters, path_arg, steps, train_losses};
+use common::{copy_dir, flex_device, micro_config, parameters, path_arg, steps, train_losses};
 use mlm_train::checkpoint;
 use mlm_train::config::{Masking, config_with_overrides};
 use mlm_train::predict::TrainedRun;
 use mlm_train::report::{MetricsRow, read_metrics};
 use mlm_train::{BertConfig, BertForMaskedLm, TrainError};
 use mlm_train::{RunDir, TrainConfig, resume, train};
-
-type B = Autodiff<NdArray>;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// The `mlm-train` binary of this build.
 const BIN: &str = env!("CARGO_BIN_EXE_mlm-train");
@@ -26,7 +22,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_mlm-train");
 /// Trains `config` into `dir/name` in this process.
 fn trained(dir: &Path, name: &str, config: TrainConfig) -> PathBuf {
     let run = dir.join(name);
-    train::<B>(config, &run, &Default::default(), "ndarray").unwrap();
+    train(config, &run, &flex_device(), "flex").unwrap();
     run
 }
 
@@ -83,7 +79,7 @@ fn bad_corpus_and_tokenizer_files_are_typed_errors_and_leave_no_run_behind() {
     let no_mask = write("vocab.txt", b"[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n");
     let run = root.join("run");
     let fail = |config: TrainConfig| {
-        let err = train::<B>(config, &run, &Default::default(), "ndarray").unwrap_err();
+        let err = train(config, &run, &flex_device(), "flex").unwrap_err();
         assert!(!run.exists(), "{err} left {} behind", run.display());
         err
     };
@@ -247,7 +243,7 @@ fn broken_checkpoints_and_incompatible_configs_are_typed_errors() {
         copy_dir(&run, &dir);
         damage(&dir);
         let complete = checkpoint::list(&dir).unwrap();
-        let err = resume::<B>(&dir, Some(20), &Default::default(), "ndarray").unwrap_err();
+        let err = resume(&dir, Some(20), &flex_device(), "flex").unwrap_err();
         assert_eq!(
             checkpoint::list(&dir).unwrap(),
             complete,
@@ -269,21 +265,21 @@ fn broken_checkpoints_and_incompatible_configs_are_typed_errors() {
             std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
         }
     };
-    let reason = checkpoint_reason(case("truncated-model", &truncate("model.mpk")), "model.mpk");
+    let reason = checkpoint_reason(case("truncated-model", &truncate("model.bpk")), "model.bpk");
     assert!(
-        reason.contains("cannot be read: the file is truncated or corrupt"),
+        reason.contains("cannot be read: the file is missing, truncated or corrupt"),
         "{reason}"
     );
     checkpoint_reason(
-        case("truncated-optimizer", &truncate("optimizer.mpk")),
-        "optimizer.mpk",
+        case("truncated-optimizer", &truncate("optimizer.bpk")),
+        "optimizer.bpk",
     );
     let garbage = |dir: &Path| {
-        let path = step10(dir).join("model.mpk");
+        let path = step10(dir).join("model.bpk");
         let len = std::fs::metadata(&path).unwrap().len() as usize;
         std::fs::write(&path, vec![0xa5; len]).unwrap();
     };
-    checkpoint_reason(case("corrupt-model", &garbage), "model.mpk");
+    checkpoint_reason(case("corrupt-model", &garbage), "model.bpk");
     let json = |file: &'static str| {
         move |dir: &Path| {
             let path = if file == "state.json" {
@@ -316,10 +312,13 @@ fn broken_checkpoints_and_incompatible_configs_are_typed_errors() {
     let incompatible = |edit: fn(&mut TrainConfig)| move |dir: &Path| edit_config(dir, edit);
     let reason = checkpoint_reason(
         case("hidden", &incompatible(|c| c.model.hidden_size = 24)),
-        "model.mpk",
+        "model.bpk",
     );
     assert!(
-        reason.contains("of shape [300, 16], but config.json builds [300, 24]"),
+        reason.starts_with("does not fit the model config.json builds")
+            && reason.contains("shape mismatch")
+            && reason.contains("[300, 24]")
+            && reason.contains("[300, 16]"),
         "{reason}"
     );
     let reason = checkpoint_reason(
@@ -327,33 +326,55 @@ fn broken_checkpoints_and_incompatible_configs_are_typed_errors() {
             "intermediate",
             &incompatible(|c| c.model.intermediate_size = 48),
         ),
-        "model.mpk",
+        "model.bpk",
     );
     assert!(reason.contains("intermediate"), "{reason}");
     let reason = checkpoint_reason(
         case("layers", &incompatible(|c| c.model.num_hidden_layers = 2)),
-        "model.mpk",
+        "model.bpk",
     );
-    assert_eq!(
-        reason,
-        "holds 1 layers, but config.json says num_hidden_layers = 2"
+    assert!(
+        reason.starts_with("does not fit the model config.json builds")
+            && reason.contains("Missing tensors")
+            && reason.contains("layers.1."),
+        "{reason}"
     );
     assert!(matches!(
         case("vocab", &incompatible(|c| c.model.vocab_size = 301)),
         TrainError::Config(m) if m.contains("has 300 tokens, but config.json says vocab_size = 301")
     ));
 
+    // A run of mlm-train 0.1 (Burn 0.21's `.mpk` records, which Burn 0.22 cannot read) is
+    // refused by name, for resume and for predict / eval, with the way across.
+    let made_by_0_1 = |dir: &Path| {
+        for (new, old) in [
+            ("model.bpk", "model.mpk"),
+            ("optimizer.bpk", "optimizer.mpk"),
+        ] {
+            std::fs::rename(step10(dir).join(new), step10(dir).join(old)).unwrap();
+        }
+    };
+    let is_0_1 = |reason: &str| {
+        reason.contains("was written by mlm-train 0.1 (Burn 0.21)")
+            && reason.contains("export-hf --run RUN HF_DIR")
+            && reason.contains("import-hf HF_DIR --out NEW_RUN")
+    };
+    let reason = checkpoint_reason(case("v0.1", &made_by_0_1), "model.mpk");
+    assert!(is_0_1(&reason), "{reason}");
+    match TrainedRun::load(&tmp.path().join("v0.1"), &flex_device()).err() {
+        Some(TrainError::Checkpoint { reason, .. }) => assert!(is_0_1(&reason), "{reason}"),
+        other => panic!("expected the 0.1 refusal, got {other:?}"),
+    }
+
     // A folder that is not a run is named as such, for resume and for predict / eval.
     let not_a_run = tmp.path().join("not-a-run");
     std::fs::create_dir(&not_a_run).unwrap();
     let is_not_a_run = |err: TrainError| matches!(err, TrainError::InvalidInput(m) if m.contains("is not a run directory: it has no config.json"));
     assert!(is_not_a_run(
-        resume::<B>(&not_a_run, Some(20), &Default::default(), "ndarray").unwrap_err()
+        resume(&not_a_run, Some(20), &flex_device(), "flex").unwrap_err()
     ));
     assert!(is_not_a_run(
-        TrainedRun::<NdArray>::load(&not_a_run, &Default::default())
-            .err()
-            .unwrap()
+        TrainedRun::load(&not_a_run, &flex_device()).err().unwrap()
     ));
 
     // Dropout 1 would zero every activation and scale by 1 / 0: refused up front.
@@ -367,10 +388,10 @@ fn broken_checkpoints_and_incompatible_configs_are_typed_errors() {
     );
 
     // Fill-mask on a text longer than the position table (32) is refused.
-    let trained = TrainedRun::<NdArray>::load(&run, &Default::default()).unwrap();
+    let trained = TrainedRun::load(&run, &flex_device()).unwrap();
     let long = format!("{} [MASK].", "the whale ".repeat(20));
     assert!(matches!(
-        trained.fill_mask(&long, 3, &Default::default()),
+        trained.fill_mask(&long, 3, &flex_device()),
         Err(TrainError::InvalidInput(m)) if m.contains("longer than the model's 32 positions")
     ));
 }
@@ -383,15 +404,15 @@ fn a_write_error_while_saving_a_checkpoint_is_typed_and_keeps_the_previous_one()
         "run",
         micro_config().with_max_steps(10).with_checkpoint_every(10),
     );
-    let model_bytes = std::fs::metadata(checkpoint::checkpoint_dir(&run, 10).join("model.mpk"))
+    let model_bytes = std::fs::metadata(checkpoint::checkpoint_dir(&run, 10).join("model.bpk"))
         .unwrap()
         .len();
     // Files may grow to a quarter of a model (half if `sh` counts 1024-byte blocks):
-    // config.json and metrics.csv fit, model.mpk does not.
+    // config.json and metrics.csv fit, model.bpk does not.
     let limit_blocks = model_bytes / 4 / 512;
     assert!(
         limit_blocks * 512 > 8192,
-        "model.mpk is only {model_bytes} bytes"
+        "model.bpk is only {model_bytes} bytes"
     );
     let out = mlm_train(
         &["train", "--resume", path_arg(&run), "--max-steps", "20"],
@@ -400,7 +421,7 @@ fn a_write_error_while_saving_a_checkpoint_is_typed_and_keeps_the_previous_one()
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("error: checkpoint") && stderr.contains(".step-00000020.partial/model.mpk"),
+        stderr.contains("error: checkpoint") && stderr.contains(".step-00000020.partial/model.bpk"),
         "{stderr}"
     );
     assert_eq!(
@@ -484,7 +505,7 @@ fn sigkill_mid_run_and_mid_checkpoint_resumes_from_the_last_complete_checkpoint(
     let complete = checkpoint::list(&run).unwrap();
     let config = RunDir(run.clone()).load_config().unwrap();
     for dir in &complete {
-        checkpoint::load_model::<NdArray>(dir, &config.model, &Default::default()).unwrap();
+        checkpoint::load_model(dir, &config.model, &flex_device()).unwrap();
         let state: checkpoint::RunState =
             serde_json::from_str(&std::fs::read_to_string(dir.join("state.json")).unwrap())
                 .unwrap();
@@ -503,8 +524,8 @@ fn sigkill_mid_run_and_mid_checkpoint_resumes_from_the_last_complete_checkpoint(
     // or jump to step 99 999.
     let fake = run.join("checkpoints/.step-00099999.partial");
     std::fs::create_dir_all(&fake).unwrap();
-    let model = std::fs::read(last.join("model.mpk")).unwrap();
-    std::fs::write(fake.join("model.mpk"), &model[..model.len() / 3]).unwrap();
+    let model = std::fs::read(last.join("model.bpk")).unwrap();
+    std::fs::write(fake.join("model.bpk"), &model[..model.len() / 3]).unwrap();
     std::fs::write(
         fake.join("state.json"),
         b"{\"step\": 99999, \"elapsed_seconds\": 0.0, \"tokens_seen\": 0}",
@@ -585,7 +606,7 @@ fn two_runs_with_one_seed_and_tokenizer_are_bit_identical_on_ndarray() {
     let model = RunDir(a.clone()).load_config().unwrap().model;
     let weights = |run: &Path| {
         let dir = checkpoint::checkpoint_dir(run, 20);
-        parameters(&checkpoint::load_model(&dir, &model, &Default::default()).unwrap())
+        parameters(&checkpoint::load_model(&dir, &model, &flex_device()).unwrap())
     };
     let max_weight = weights(&a)
         .iter()
@@ -618,7 +639,7 @@ fn a_non_finite_step_stops_the_run_naming_the_step_and_keeps_the_last_good_check
         .with_learning_rate(1e30)
         .with_warmup_steps(0)
         .with_checkpoint_every(1);
-    let err = train::<B>(config.clone(), &run, &Default::default(), "ndarray").unwrap_err();
+    let err = train(config.clone(), &run, &flex_device(), "flex").unwrap_err();
     let TrainError::NonFinite {
         step,
         quantity,
@@ -641,7 +662,7 @@ fn a_non_finite_step_stops_the_run_naming_the_step_and_keeps_the_last_good_check
     // Failing before the first checkpoint leaves no half-made run that would refuse a rerun.
     let early = tmp.path().join("early");
     let config = config.with_checkpoint_every(100);
-    let err = train::<B>(config, &early, &Default::default(), "ndarray").unwrap_err();
+    let err = train(config, &early, &flex_device(), "flex").unwrap_err();
     assert!(
         matches!(err, TrainError::NonFinite { step: 2, .. }),
         "{err}"
@@ -659,7 +680,7 @@ fn an_update_that_overflows_the_weights_is_never_checkpointed() {
         .with_learning_rate(1e39)
         .with_warmup_steps(0)
         .with_checkpoint_every(1);
-    let err = train::<B>(config, &run, &Default::default(), "ndarray").unwrap_err();
+    let err = train(config, &run, &flex_device(), "flex").unwrap_err();
     assert!(
         matches!(
             err,
@@ -709,11 +730,11 @@ fn the_tied_decoder_stays_the_embedding_across_save_load_and_training() {
         micro_config().with_max_steps(10).with_checkpoint_every(10),
     );
     // Ten more optimizer steps after loading the step-10 checkpoint.
-    resume::<B>(&run, Some(20), &Default::default(), "ndarray").unwrap();
+    resume(&run, Some(20), &flex_device(), "flex").unwrap();
     let config = RunDir(run.clone()).load_config().unwrap();
-    let device = Default::default();
+    let device = flex_device();
     let load = |step| {
-        checkpoint::load_model::<NdArray>(
+        checkpoint::load_model(
             &checkpoint::checkpoint_dir(&run, step),
             &config.model,
             &device,
@@ -727,23 +748,22 @@ fn the_tied_decoder_stays_the_embedding_across_save_load_and_training() {
             "a decoder of its own was saved"
         );
     }
-    let embedding = |m: &BertForMaskedLm<NdArray>| {
+    let embedding = |m: &BertForMaskedLm| {
         m.embeddings
             .word_embeddings
             .weight
             .val()
             .into_data()
-            .to_vec::<f32>()
+            .try_to_vec::<f32>()
             .unwrap()
     };
     assert_ne!(embedding(&at10), embedding(&at20), "the embedding trained");
     // The logits are the transformed hidden states times the loaded embedding: the head's
     // decoder is that very tensor, so |decoder - embedding| = 0.
     let ids: Vec<i64> = vec![2, 40, 41, 42, 4, 3];
-    let input = Tensor::<NdArray, 2, Int>::from_data(TensorData::new(ids, [1, 6]), &device);
-    let segments = Tensor::<NdArray, 2, Int>::zeros([1, 6], &device);
-    let padding =
-        Tensor::<NdArray, 2, Bool>::from_data(TensorData::new(vec![false; 6], [1, 6]), &device);
+    let input = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, 6]), &device);
+    let segments = Tensor::<2, Int>::zeros([1, 6], &device);
+    let padding = Tensor::<2, Bool>::from_data(TensorData::new(vec![false; 6], [1, 6]), &device);
     let logits = at20
         .forward(input.clone(), segments.clone(), padding.clone())
         .unwrap();

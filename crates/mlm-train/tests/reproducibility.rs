@@ -1,35 +1,27 @@
 //! What makes two runs with one seed agree: the initial weights are a function of the seed
 //! alone (not of the backend's generator), and splitting a batch into the shards that run
 //! on parallel threads changes neither the masks nor the loss.
-
-use burn::backend::NdArray;
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::tensor::backend::Backend;
-use burn::tensor::{Distribution, ElementConversion, Tensor};
+use burn::tensor::{Distribution, Tensor};
 use mlm_core::{MaskedCrossEntropy, MaskingConfig};
 use mlm_train::data::{MlmBatch, make_shards};
 use mlm_train::gradients::forward_loss;
 use mlm_train::{BertConfig, BertForMaskedLm};
 
-type B = NdArray;
-
-fn summed_loss(model: &BertForMaskedLm<B>, batch: MlmBatch<B>) -> (f64, usize) {
+fn summed_loss(model: &BertForMaskedLm, batch: MlmBatch) -> (f64, usize) {
     let out = forward_loss(model, batch, &MaskedCrossEntropy::default()).unwrap();
-    (
-        f64::from(out.loss_sum.into_scalar().elem::<f32>()),
-        out.n_graded,
-    )
+    (f64::from(out.loss_sum.into_scalar::<f32>()), out.n_graded)
 }
 
 #[test]
 fn shards_of_a_batch_sum_to_the_whole_batch() {
-    let device = Default::default();
+    let device = flex_device();
     let config = BertConfig::new(50)
         .with_hidden_size(16)
         .with_num_hidden_layers(2)
         .with_intermediate_size(32)
         .with_max_position_embeddings(24);
-    let model = config.init_seeded::<B>(3, &device);
+    let model = config.init_seeded(3, &device);
     // Six sequences of different lengths, so that the shards pad differently from the whole.
     let sequences: Vec<Vec<u32>> = (0..6u32)
         .map(|i| (0..(8 + 3 * i)).map(|j| 5 + (i * 7 + j * 3) % 45).collect())
@@ -41,8 +33,8 @@ fn shards_of_a_batch_sum_to_the_whole_batch() {
         .init()
         .unwrap();
 
-    let whole = make_shards::<B>(&chunk, &mut masker.clone(), 0, 1, &device).unwrap();
-    let shards = make_shards::<B>(&chunk, &mut masker.clone(), 0, 2, &device).unwrap();
+    let whole = make_shards(&chunk, &mut masker.clone(), 0, 1, &device).unwrap();
+    let shards = make_shards(&chunk, &mut masker.clone(), 0, 2, &device).unwrap();
     assert_eq!((whole.len(), shards.len()), (1, 2));
     assert_eq!(
         whole[0].targets.len(),
@@ -70,11 +62,12 @@ fn shards_of_a_batch_sum_to_the_whole_batch() {
     );
 }
 
-fn parameters(model: &BertForMaskedLm<B>) -> Vec<Vec<f32>> {
+fn parameters(model: &BertForMaskedLm) -> Vec<Vec<f32>> {
     struct Collect(Vec<Vec<f32>>);
-    impl ModuleVisitor<B> for Collect {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-            self.0.push(param.val().into_data().to_vec().unwrap());
+    impl ModuleVisitor for Collect {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            self.0
+                .push(param.val().into_data().try_to_vec::<f32>().unwrap());
         }
     }
     let mut collect = Collect(Vec::new());
@@ -84,23 +77,23 @@ fn parameters(model: &BertForMaskedLm<B>) -> Vec<Vec<f32>> {
 
 #[test]
 fn initial_weights_depend_on_the_seed_alone() {
-    let device = Default::default();
+    let device = flex_device();
     let config = BertConfig::new(40)
         .with_hidden_size(8)
         .with_num_hidden_layers(1)
         .with_intermediate_size(16)
         .with_max_position_embeddings(8);
-    let first = parameters(&config.init_seeded::<B>(5, &device));
+    let first = parameters(&config.init_seeded(5, &device));
     // Move the backend's own generator on: the initial weights must not notice.
-    B::seed(&device, 1234);
-    let _ = Tensor::<B, 1>::random([100], Distribution::Default, &device);
-    let second = parameters(&config.init_seeded::<B>(5, &device));
+    device.seed(1234);
+    let _ = Tensor::<1>::random([100], Distribution::Default, &device);
+    let second = parameters(&config.init_seeded(5, &device));
     assert_eq!(first, second);
-    assert_ne!(first, parameters(&config.init_seeded::<B>(6, &device)));
+    assert_ne!(first, parameters(&config.init_seeded(6, &device)));
 
     // BERT's initialisation: biases 0 (an attention query's and the head's), LayerNorm gain 1.
-    let model = config.init_seeded::<B>(5, &device);
-    let values = |param: &Param<Tensor<B, 1>>| param.val().into_data().to_vec::<f32>().unwrap();
+    let model = config.init_seeded(5, &device);
+    let values = |param: &Param<Tensor<1>>| param.val().into_data().try_to_vec::<f32>().unwrap();
     let query = &model.layers[0].attention.self_attention.query;
     let dense = &model.head.transform.as_ref().unwrap().dense;
     for bias in [&query.bias, &dense.bias] {
@@ -123,14 +116,14 @@ fn the_sinusoidal_position_table_survives_the_seeded_initialiser() {
         .with_intermediate_size(32)
         .with_max_position_embeddings(64)
         .with_sinusoidal_positions(true);
-    let model = config.init_seeded::<B>(3, &Default::default());
+    let model = config.init_seeded(3, &flex_device());
     let table: Vec<f32> = model
         .embeddings
         .position_embeddings
         .weight
         .val()
         .into_data()
-        .into_vec()
+        .try_into_vec::<f32>()
         .unwrap();
     let s = 0.02 * std::f64::consts::SQRT_2;
     let at = |p: usize, i: usize| f64::from(table[p * 16 + i]);
@@ -161,7 +154,7 @@ fn the_sinusoidal_position_table_survives_the_seeded_initialiser() {
     let normal = config
         .clone()
         .with_sinusoidal_positions(false)
-        .init_seeded::<B>(3, &Default::default());
+        .init_seeded(3, &flex_device());
     let first: f32 = normal
         .embeddings
         .position_embeddings
@@ -174,11 +167,10 @@ fn the_sinusoidal_position_table_survives_the_seeded_initialiser() {
 
 /// Mean attention probability of head `head` of layer 1 at key `query + offset`, over the
 /// batch and the queries that have such a key, for random tokens.
-fn attention_at_offset(model: &BertForMaskedLm<B>, head: usize, offset: i64) -> f64 {
-    let device = Default::default();
+fn attention_at_offset(model: &BertForMaskedLm, head: usize, offset: i64) -> f64 {
+    let device = flex_device();
     let [batch, seq] = [8, 64];
-    let ids =
-        Tensor::<B, 2>::random([batch, seq], Distribution::Uniform(5.0, 999.0), &device).int();
+    let ids = Tensor::<2>::random([batch, seq], Distribution::Uniform(5.0, 999.0), &device).int();
     let hidden = model.embeddings.forward(ids.clone(), ids.zeros_like());
     let probs: Vec<f32> = model.layers[0]
         .attention
@@ -186,7 +178,7 @@ fn attention_at_offset(model: &BertForMaskedLm<B>, head: usize, offset: i64) -> 
         .probabilities(hidden, Tensor::zeros([batch, seq], &device))
         .slice([0..batch, head..head + 1])
         .into_data()
-        .to_vec()
+        .try_to_vec::<f32>()
         .unwrap();
     let (mut sum, mut n) = (0.0, 0);
     for b in 0..batch {
@@ -211,7 +203,7 @@ fn local_attention_init_reads_the_neighbouring_tokens_from_the_start() {
     let config = BertConfig::new(1000)
         .with_max_position_embeddings(64)
         .with_local_attention_init(true);
-    let model = config.init_seeded::<B>(11, &Default::default());
+    let model = config.init_seeded(11, &flex_device());
     for (head, offset) in [(0, -1), (1, 1)] {
         let neighbour = attention_at_offset(&model, head, offset);
         let itself = attention_at_offset(&model, head, 0);
@@ -226,7 +218,7 @@ fn local_attention_init_reads_the_neighbouring_tokens_from_the_start() {
     let plain = config
         .clone()
         .with_local_attention_init(false)
-        .init_seeded::<B>(11, &Default::default());
+        .init_seeded(11, &flex_device());
     let previous = attention_at_offset(&plain, 0, -1);
     assert!((previous - 1.0 / 64.0).abs() < 0.005, "{previous}");
     assert!(
@@ -236,4 +228,9 @@ fn local_attention_init_reads_the_neighbouring_tokens_from_the_start() {
             .unwrap_err()
             .contains("choose one")
     );
+}
+
+/// The tests' device: burn-flex, the reference CPU backend, with autodiff.
+fn flex_device() -> burn::tensor::Device {
+    burn::tensor::Device::flex().autodiff()
 }

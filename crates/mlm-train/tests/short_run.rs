@@ -3,9 +3,7 @@
 //! at step 21 with the same losses as the uninterrupted run.
 
 mod common;
-
-use burn::backend::{Autodiff, NdArray};
-use common::{copy_dir, tiny_config, train_losses};
+use common::{copy_dir, flex_device, tiny_config, train_losses};
 use mlm_train::checkpoint;
 use mlm_train::data::WordPieceTokenizer;
 use mlm_train::predict::TrainedRun;
@@ -13,14 +11,12 @@ use mlm_train::report::{Summary, read_metrics};
 use mlm_train::{BertConfig, TrainError};
 use mlm_train::{RunDir, resume, train};
 
-type B = Autodiff<NdArray>;
-
 #[test]
 fn short_run_learns_writes_every_file_and_resumes_exactly() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
-    let device = Default::default();
-    let summary = train::<B>(tiny_config(), &run, &device, "ndarray").unwrap();
+    let device = flex_device();
+    let summary = train(tiny_config(), &run, &device, "flex").unwrap();
 
     // Every output file exists and parses.
     let dir = RunDir(run.clone());
@@ -73,7 +69,7 @@ fn short_run_learns_writes_every_file_and_resumes_exactly() {
     let interrupted = tmp.path().join("interrupted");
     copy_dir(&run, &interrupted);
     std::fs::remove_dir_all(checkpoint::checkpoint_dir(&interrupted, 30)).unwrap();
-    let resumed = resume::<B>(&interrupted, None, &device, "ndarray").unwrap();
+    let resumed = resume(&interrupted, None, &device, "flex").unwrap();
     let resumed_losses = train_losses(&read_metrics(&interrupted.join("metrics.csv")).unwrap());
     assert_eq!(
         resumed_losses.len(),
@@ -89,32 +85,28 @@ fn short_run_learns_writes_every_file_and_resumes_exactly() {
     assert!((resumed.final_valid_loss - summary.final_valid_loss).abs() < 1e-4);
 
     // The result is usable: fill-mask and evaluation load the newest checkpoint.
-    let trained = TrainedRun::<NdArray>::load(&run, &Default::default()).unwrap();
+    let trained = TrainedRun::load(&run, &flex_device()).unwrap();
     let predictions = trained
-        .fill_mask(
-            "Call me [MASK]. It is a way I have.",
-            3,
-            &Default::default(),
-        )
+        .fill_mask("Call me [MASK]. It is a way I have.", 3, &flex_device())
         .unwrap();
     assert_eq!(predictions.len(), 1);
     assert_eq!(predictions[0].position, 3);
     let total: f64 = predictions[0].candidates.iter().map(|c| c.1).sum();
     assert!(total > 0.0 && total <= 1.0 + 1e-6);
-    let eval = trained.evaluate(None, &Default::default()).unwrap();
+    let eval = trained.evaluate(None, &flex_device()).unwrap();
     assert!((eval.loss - summary.final_valid_loss).abs() < 1e-4);
 
     // Resuming a finished run to a step it has passed is refused, and config.json is kept.
     let before = std::fs::read_to_string(dir.config()).unwrap();
     assert!(matches!(
-        resume::<B>(&run, Some(25), &device, "ndarray").unwrap_err(),
+        resume(&run, Some(25), &device, "flex").unwrap_err(),
         TrainError::Config(_)
     ));
     assert_eq!(std::fs::read_to_string(dir.config()).unwrap(), before);
 
     // A second `train` into the same directory is refused rather than overwriting it.
     assert!(matches!(
-        train::<B>(tiny_config(), &run, &device, "ndarray"),
+        train(tiny_config(), &run, &device, "flex"),
         Err(TrainError::Config(_))
     ));
 }
@@ -122,7 +114,7 @@ fn short_run_learns_writes_every_file_and_resumes_exactly() {
 #[test]
 fn bad_settings_are_refused_before_anything_is_written() {
     let tmp = tempfile::tempdir().unwrap();
-    let device = Default::default();
+    let device = flex_device();
     let cases = [
         tiny_config().with_batch_size(0),
         tiny_config().with_grad_accumulation(0),
@@ -135,14 +127,14 @@ fn bad_settings_are_refused_before_anything_is_written() {
     ];
     for (i, config) in cases.into_iter().enumerate() {
         let run = tmp.path().join(format!("run{i}"));
-        let err = train::<B>(config, &run, &device, "ndarray").unwrap_err();
+        let err = train(config, &run, &device, "flex").unwrap_err();
         assert!(matches!(err, TrainError::Config(_)), "case {i}: {err}");
         assert!(!run.exists(), "case {i} left {} behind", run.display());
     }
     let mut missing = tiny_config();
     missing.corpus = tmp.path().join("nowhere");
     assert!(matches!(
-        train::<B>(missing, &tmp.path().join("r"), &device, "ndarray").unwrap_err(),
+        train(missing, &tmp.path().join("r"), &device, "flex").unwrap_err(),
         TrainError::CorpusNotFound(_)
     ));
 }

@@ -49,9 +49,14 @@ fn row(z: &[f32], target: usize, eps: f32, gradient: Option<&mut [f32]>) -> (f32
     };
     // -log p_t = log Σ exp(z - max) - (z_t - max); the uniform part uses mean_j (z_j - max).
     let log_sum_exp = sum_exp.ln();
-    let nll = (1.0 - eps) * (log_sum_exp - (z[target] - max))
-        + eps * (log_sum_exp - sum_shifted / z.len() as f32);
-    (nll, first_max == target)
+    let nll = log_sum_exp - (z[target] - max);
+    // Without smoothing the uniform part is left out, not multiplied by 0: a -inf logit
+    // makes it infinite, and 0 · inf would turn a finite (or +inf) loss into NaN.
+    if eps == 0.0 {
+        return (nll, first_max == target);
+    }
+    let uniform = log_sum_exp - sum_shifted / z.len() as f32;
+    ((1.0 - eps) * nll + eps * uniform, first_max == target)
 }
 
 /// `max_j z_j`, lane-wise (NaN entries are skipped here and surface in the sums).

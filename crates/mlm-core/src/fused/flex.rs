@@ -1,97 +1,124 @@
-//! burn-flex's kernels and their autodiff operations: the fused cross-entropy, GELU and
-//! multi-head attention.
+//! burn-flex's kernels and their autodiff operations: the fused cross-entropy, GELU,
+//! LayerNorm and multi-head attention.
+//!
+//! Burn 0.22 dispatches every tensor at run time. [`route`] reads a tensor's device and
+//! dtype (no data): `Flex`, `Autodiff<Flex, C>` with the tensor's own checkpointing strategy
+//! `C`, or another backend. The kernels then take the backend's own primitives through Burn's
+//! extension route (`Tensor::try_into_primitive`, `Tensor::from_primitive`).
 
-use std::any::Any;
-
-use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
-use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+use burn::backend::autodiff::checkpoint::strategy::{
+    BalancedCheckpointing, CheckpointStrategy, NoCheckpointing,
+};
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
-use burn::tensor::backend::Backend;
-use burn::tensor::ops::FloatTensor;
-use burn::tensor::{DType, Int, Shape, Tensor, TensorData, TensorPrimitive};
-use burn_flex::{Flex, FlexTensor};
+use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind, unary};
+use burn::backend::flex::FlexTensor;
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{
+    Autodiff, DispatchDevice, DispatchKindConversion, DispatchTensor, Flex, TensorMetadata,
+};
+use burn::tensor::{DType, GradientCheckpointingStrategy, Int, Shape, Tensor, TensorData};
 use rayon::prelude::*;
 
 use super::CrossEntropySum;
 use super::{attention, cpu};
 
-type Inputs<B> = (Tensor<B, 2>, Tensor<B, 1, Int>);
+/// Where a fused operation runs, read from its first input's device and every input's dtype.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Route {
+    /// `Flex`, every input `f32`: the kernel, no autodiff.
+    Plain,
+    /// `Autodiff<Flex, C>`, every input `f32`: the kernel as one autodiff operation, `C` the
+    /// tensor's gradient-checkpointing strategy.
+    Tracked(GradientCheckpointingStrategy),
+    /// Any other backend or dtype: the composed tensor ops.
+    Other,
+}
 
-/// The fused path when `B` is `Flex` or `Autodiff<Flex>` and the logits are `f32`;
-/// the inputs back otherwise. (`Any` tells the types apart at no cost, so callers stay
-/// generic over `B: Backend`.)
-pub(super) fn try_fused<B: Backend>(
-    logits: Tensor<B, 2>,
-    targets: Tensor<B, 1, Int>,
-    eps: f64,
-) -> Result<CrossEntropySum<B>, Inputs<B>> {
-    if logits.dtype() != DType::F32 {
-        return Err((logits, targets));
+/// The [`Route`] of an operation on `first` whose inputs have `dtypes`.
+pub(crate) fn route<const D: usize>(first: &Tensor<D>, dtypes: &[DType]) -> Route {
+    if dtypes.iter().any(|&dtype| dtype != DType::F32) {
+        return Route::Other;
     }
-    let inputs: Box<dyn Any> = Box::new((logits, targets));
-    let inputs = match inputs.downcast::<Inputs<Autodiff<Flex>>>() {
-        Ok(inputs) => return Ok(cast(tracked(inputs.0, inputs.1, eps))),
-        Err(other) => other,
-    };
-    match inputs.downcast::<Inputs<Flex>>() {
-        Ok(inputs) => {
-            let (loss_sum, _, n_correct) = kernel(inputs.0, inputs.1, eps, false);
-            Ok(cast(CrossEntropySum {
-                loss_sum,
-                n_correct,
-            }))
+    match first.device().as_dispatch() {
+        DispatchDevice::Flex(_) => Route::Plain,
+        DispatchDevice::Autodiff(device) if matches!(**device, DispatchDevice::Flex(_)) => {
+            Route::Tracked(device.gradient_checkpointing_strategy())
         }
-        Err(other) => Err(*other.downcast::<Inputs<B>>().expect("B's own inputs")),
+        #[allow(unreachable_patterns)]
+        _ => Route::Other,
     }
 }
 
-/// GELU when `B` is `Flex` or `Autodiff<Flex>` and `x` is `f32`: the CPU kernel, and under
-/// autodiff one operation whose backward is `grad · GELU'(x)`; `x` back otherwise.
-pub(crate) fn flex_gelu<B: Backend, const D: usize>(
-    x: Tensor<B, D>,
-) -> Result<Tensor<B, D>, Tensor<B, D>> {
-    if x.dtype() != DType::F32 {
-        return Err(x);
-    }
-    let x: Box<dyn Any> = Box::new(x);
-    let y: Box<dyn Any> = match x.downcast::<Tensor<Autodiff<Flex>, D>>() {
-        Ok(x) => Box::new(tracked_gelu(*x)),
-        Err(x) => match x.downcast::<Tensor<Flex, D>>() {
-            Ok(x) => Box::new(gelu(*x)),
-            Err(x) => return Err(*x.downcast::<Tensor<B, D>>().expect("B's own tensor")),
-        },
+/// Whether an operation on `first` whose inputs have `dtypes` runs a flex kernel: the caller
+/// then hands the inputs to the `flex_*` function, and otherwise runs the composed ops.
+pub(crate) fn on_flex<const D: usize>(first: &Tensor<D>, dtypes: &[DType]) -> bool {
+    route(first, dtypes) != Route::Other
+}
+
+/// `$body` with the type `$c` the checkpointing strategy that `$strategy` names.
+macro_rules! with_strategy {
+    ($strategy:expr, |$c:ident| $body:expr) => {
+        match $strategy {
+            GradientCheckpointingStrategy::Disabled => {
+                type $c = NoCheckpointing;
+                $body
+            }
+            GradientCheckpointingStrategy::Balanced => {
+                type $c = BalancedCheckpointing;
+                $body
+            }
+        }
     };
-    Ok(*y.downcast::<Tensor<B, D>>().expect("the same type"))
 }
 
-/// GELU of `x`'s values, with one autodiff operation that keeps `x` for backward.
-fn tracked_gelu<const D: usize>(x: Tensor<Autodiff<Flex>, D>) -> Tensor<Autodiff<Flex>, D> {
-    let values = x.clone().inner();
-    let y = record(GeluBackward, [x.into_primitive().tensor()], |tracked| {
-        let y = gelu(values.clone()).into_primitive().tensor();
-        (y, tracked.then(|| values.into_primitive().tensor()))
-    });
-    Tensor::from_primitive(TensorPrimitive::Float(y))
+/// A tensor on `Flex` (an `Int` tensor on flex's autodiff device too) as its primitive.
+fn plain<const D: usize, K>(x: Tensor<D, K>) -> FlexTensor
+where
+    K: burn::tensor::BackendPrimitive<Flex, Primitive = FlexTensor>
+        + burn::tensor::kind::Basic
+        + burn::tensor::kind::Autodiff,
+{
+    x.inner()
+        .try_into_primitive::<Flex>()
+        .expect("a tensor routed to flex")
 }
 
-/// Records `op` as the one autodiff operation from `inputs` to the output `run(tracked)`
-/// computes; `run` also returns the state `op`'s backward keeps, needed only when `tracked`
-/// (an input's graph wants a gradient).
-fn record<const N: usize, O: Backward<Flex, N>>(
+/// A float tensor on `Autodiff<Flex, C>` as its values and its autodiff node.
+fn tracked_parts<C: CheckpointStrategy, const D: usize>(x: Tensor<D>) -> (FlexTensor, NodeGuard)
+where
+    DispatchTensor: DispatchKindConversion<Autodiff<Flex, C>>,
+{
+    x.try_into_primitive::<Autodiff<Flex, C>>()
+        .expect("a tensor routed to flex's autodiff")
+        .into_parts()
+}
+
+/// Records `op` as the one autodiff operation from the `inputs`' nodes to the output
+/// `run(tracked)` computes; `run` also returns the state `op`'s backward keeps, needed only
+/// when `tracked` (an input's graph wants a gradient).
+fn record<C: CheckpointStrategy, const N: usize, O: Backward<Flex, N>>(
     op: O,
-    inputs: [FloatTensor<Autodiff<Flex>>; N],
-    run: impl FnOnce(bool) -> (FloatTensor<Flex>, Option<O::State>),
-) -> FloatTensor<Autodiff<Flex>> {
-    let prepared = op.prepare::<NoCheckpointing>(inputs.map(|input| input.node));
-    match prepared.compute_bound().stateful() {
+    inputs: [NodeGuard; N],
+    run: impl FnOnce(bool) -> (FlexTensor, Option<O::State>),
+) -> FloatTensor<Autodiff<Flex, C>> {
+    match op.prepare::<C>(inputs).compute_bound().stateful() {
         OpsKind::Tracked(prep) => {
             let (output, state) = run(true);
             prep.finish(state.expect("a tracked operation's state"), output)
         }
         OpsKind::UnTracked(prep) => prep.finish(run(false).0),
     }
+}
+
+/// A float tensor of `Autodiff<Flex, C>` from its primitive.
+fn from_tracked<C: CheckpointStrategy, const D: usize>(
+    y: FloatTensor<Autodiff<Flex, C>>,
+) -> Tensor<D>
+where
+    DispatchTensor: DispatchKindConversion<Autodiff<Flex, C>>,
+{
+    Tensor::from_primitive::<Autodiff<Flex, C>>(y)
 }
 
 /// The backward of a fused operation with `N` inputs: `d_inputs` turns the saved state and
@@ -110,12 +137,48 @@ fn backward_with<S, const N: usize>(
     }
 }
 
+/// The values of a contiguous `f32` tensor.
+fn values(t: &FlexTensor) -> &[f32] {
+    t.as_slice().expect("a contiguous f32 tensor")
+}
+
+/// A contiguous `f32` tensor of `shape`.
+fn flex_tensor(values: Vec<f32>, shape: impl Into<Shape>) -> FlexTensor {
+    FlexTensor::from_data(TensorData::new(values, shape))
+}
+
+/// Elements per parallel task of the elementwise kernels.
+const CHUNK: usize = 16 * 1024;
+
+/// GELU of an `f32` tensor on `Flex` or `Autodiff<Flex, C>` ([`on_flex`]): the CPU kernel,
+/// and under autodiff one operation whose backward is `grad · GELU'(x)`.
+pub(crate) fn flex_gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    match route(&x, &[x.dtype()]) {
+        Route::Plain => Tensor::from_primitive::<Flex>(gelu(&plain(x))),
+        Route::Tracked(strategy) => with_strategy!(strategy, |C| tracked_gelu::<C, D>(x)),
+        Route::Other => unreachable!("flex_gelu off flex: the caller checks on_flex"),
+    }
+}
+
+/// GELU of `x`'s values, with one autodiff operation that keeps `x` for backward.
+fn tracked_gelu<C: CheckpointStrategy, const D: usize>(x: Tensor<D>) -> Tensor<D>
+where
+    DispatchTensor: DispatchKindConversion<Autodiff<Flex, C>>,
+{
+    let (values, node) = tracked_parts::<C, D>(x);
+    let y = record::<C, 1, _>(GeluBackward, [node], |tracked| {
+        let y = gelu(&values);
+        (y, tracked.then_some(values))
+    });
+    from_tracked::<C, D>(y)
+}
+
 /// GELU's backward: its state is the input `x`.
 #[derive(Debug)]
 struct GeluBackward;
 
 impl Backward<Flex, 1> for GeluBackward {
-    type State = FloatTensor<Flex>;
+    type State = FlexTensor;
 
     fn backward(
         self,
@@ -132,67 +195,68 @@ impl Backward<Flex, 1> for GeluBackward {
             out.par_chunks_mut(CHUNK)
                 .zip(x.par_chunks(CHUNK).zip(grad.par_chunks(CHUNK)))
                 .for_each(|(out, (x, grad))| cpu::gelu_backward(x, grad, out));
-            FlexTensor::from_data(TensorData::new(out, shape))
+            flex_tensor(out, shape)
         });
     }
 }
 
-/// Elements per parallel task of the elementwise kernels.
-const CHUNK: usize = 16 * 1024;
-
 /// GELU of a `Flex` tensor, in parallel chunks.
-fn gelu<const D: usize>(x: Tensor<Flex, D>) -> Tensor<Flex, D> {
-    let (shape, device) = (x.shape(), x.device());
-    let x = x.into_primitive().tensor().to_contiguous();
+fn gelu(x: &FlexTensor) -> FlexTensor {
+    let x = x.to_contiguous();
+    let shape = x.layout().shape().clone();
     let x = values(&x);
     let mut y = vec![0f32; x.len()];
     y.par_chunks_mut(CHUNK)
         .zip(x.par_chunks(CHUNK))
         .for_each(|(y, x)| cpu::gelu(x, y));
-    Tensor::from_data(TensorData::new(y, shape), &device)
+    flex_tensor(y, shape)
 }
 
-/// The values of a contiguous `f32` tensor.
-fn values(t: &FlexTensor) -> &[f32] {
-    t.as_slice().expect("a contiguous f32 tensor")
-}
-
-/// `CrossEntropySum<C>` as `CrossEntropySum<B>` where `C` is `B`.
-fn cast<C: Backend, B: Backend>(sum: CrossEntropySum<C>) -> CrossEntropySum<B> {
-    let parts: Box<dyn Any> = Box::new((sum.loss_sum, sum.n_correct));
-    let (loss_sum, n_correct) = *parts
-        .downcast::<(Tensor<B, 1>, Tensor<B, 1, Int>)>()
-        .expect("C is B");
-    CrossEntropySum {
-        loss_sum,
-        n_correct,
+/// The fused cross-entropy of `f32` logits on `Flex` or `Autodiff<Flex, C>` ([`on_flex`]).
+pub(super) fn fused(logits: Tensor<2>, targets: Tensor<1, Int>, eps: f64) -> CrossEntropySum {
+    match route(&logits, &[logits.dtype()]) {
+        Route::Plain => {
+            let device = logits.device();
+            let (loss_sum, _, n_correct) = kernel(&plain(logits), plain(targets), eps, false);
+            CrossEntropySum {
+                loss_sum: Tensor::from_primitive::<Flex>(loss_sum),
+                n_correct: count(n_correct, &device),
+            }
+        }
+        Route::Tracked(strategy) => {
+            with_strategy!(strategy, |C| tracked::<C>(logits, targets, eps))
+        }
+        Route::Other => unreachable!("the fused loss off flex: the caller checks on_flex"),
     }
+}
+
+/// The correct count as an `Int` tensor `[1]` of `device`.
+fn count(n_correct: usize, device: &burn::tensor::Device) -> Tensor<1, Int> {
+    Tensor::from_data(TensorData::new(vec![n_correct as i64], [1]), device)
 }
 
 /// Runs the kernel on the logits' values and records one autodiff operation whose
 /// backward is `saved gradient × incoming gradient`.
-fn tracked(
-    logits: Tensor<Autodiff<Flex>, 2>,
-    targets: Tensor<Autodiff<Flex>, 1, Int>,
+fn tracked<C: CheckpointStrategy>(
+    logits: Tensor<2>,
+    targets: Tensor<1, Int>,
     eps: f64,
-) -> CrossEntropySum<Autodiff<Flex>> {
-    let values = logits.clone().inner();
-    let targets = targets.inner();
-    let mut n_correct = None;
-    let loss_sum = record(
-        SavedGradient,
-        [logits.into_primitive().tensor()],
-        |tracked| {
-            let (loss_sum, gradient, correct) = kernel(values, targets, eps, tracked);
-            n_correct = Some(correct);
-            let gradient = gradient.map(|g| g.into_primitive().tensor());
-            (loss_sum.into_primitive().tensor(), gradient)
-        },
-    );
-    let n_correct = n_correct.expect("the kernel ran");
+) -> CrossEntropySum
+where
+    DispatchTensor: DispatchKindConversion<Autodiff<Flex, C>>,
+{
+    let device = logits.device();
+    let (values, node) = tracked_parts::<C, 2>(logits);
+    let targets = plain(targets);
+    let mut n_correct = 0;
+    let loss_sum = record::<C, 1, _>(SavedGradient, [node], |tracked| {
+        let (loss_sum, gradient, correct) = kernel(&values, targets, eps, tracked);
+        n_correct = correct;
+        (loss_sum, gradient)
+    });
     CrossEntropySum {
-        loss_sum: Tensor::from_primitive(TensorPrimitive::Float(loss_sum)),
-        n_correct: Tensor::from_inner(n_correct),
+        loss_sum: from_tracked::<C, 1>(loss_sum),
+        n_correct: count(n_correct, &device),
     }
 }
 
@@ -201,7 +265,7 @@ fn tracked(
 struct SavedGradient;
 
 impl Backward<Flex, 1> for SavedGradient {
-    type State = FloatTensor<Flex>;
+    type State = FlexTensor;
 
     fn backward(
         self,
@@ -209,37 +273,30 @@ impl Backward<Flex, 1> for SavedGradient {
         grads: &mut Gradients,
         _checkpointer: &mut Checkpointer,
     ) {
-        let gradient = ops.state;
-        unary::<Flex, _>(ops.parents, ops.node, grads, |incoming| {
-            let incoming = Tensor::<Flex, 1>::from_primitive(TensorPrimitive::Float(incoming));
-            let gradient = Tensor::<Flex, 2>::from_primitive(TensorPrimitive::Float(gradient));
-            (gradient * incoming.unsqueeze::<2>())
-                .into_primitive()
-                .tensor()
+        backward_with(ops, grads, |gradient, incoming| {
+            let scale = values(&incoming)[0];
+            let shape = gradient.shape();
+            let scaled = values(&gradient).par_iter().map(|g| g * scale).collect();
+            [(scaled, shape)]
         });
     }
 }
 
-/// `(loss_sum [1], gradient [n, vocab] when asked, n_correct [1])` of `f32` logits, rows
-/// in parallel, summed in row order.
+/// `(loss_sum [1], gradient [n, vocab] when asked, n_correct)` of `f32` logits, rows in
+/// parallel, summed in row order.
 fn kernel(
-    logits: Tensor<Flex, 2>,
-    targets: Tensor<Flex, 1, Int>,
+    logits: &FlexTensor,
+    targets: FlexTensor,
     eps: f64,
     wants_gradient: bool,
-) -> (
-    Tensor<Flex, 1>,
-    Option<Tensor<Flex, 2>>,
-    Tensor<Flex, 1, Int>,
-) {
-    let [n, vocab] = logits.dims();
-    let device = logits.device();
+) -> (FlexTensor, Option<FlexTensor>, usize) {
+    let [n, vocab] = logits.shape().dims::<2>();
     let targets = targets
         .into_data()
         .convert::<i64>()
-        .into_vec::<i64>()
+        .try_into_vec::<i64>()
         .expect("an Int tensor converts to i64");
-    let logits = logits.into_primitive().tensor().to_contiguous();
+    let logits = logits.to_contiguous();
     let z = values(&logits);
     let eps = eps as f32;
     let per_row = |(z, &t): (&[f32], &i64), g: Option<&mut [f32]>| {
@@ -261,45 +318,24 @@ fn kernel(
     };
     let loss_sum: f64 = per_rows.iter().map(|r| r.0).sum();
     let n_correct: usize = per_rows.iter().map(|r| r.1).sum();
-    let gradient =
-        gradient.map(|g| Tensor::from_data(TensorData::new(g, Shape::new([n, vocab])), &device));
-    (
-        Tensor::from_data(TensorData::new(vec![loss_sum as f32], [1]), &device),
-        gradient,
-        Tensor::from_data(TensorData::new(vec![n_correct as i64], [1]), &device),
-    )
+    let gradient = gradient.map(|g| flex_tensor(g, [n, vocab]));
+    (flex_tensor(vec![loss_sum as f32], [1]), gradient, n_correct)
 }
 
-/// `(query, key, value, key_bias)` of [`crate::attention::multi_head_attention`].
-type AttentionInputs<B> = (Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 2>);
-
-/// Multi-head attention when `B` is `Flex` or `Autodiff<Flex>` and the inputs are `f32`:
+/// Multi-head attention of `f32` inputs on `Flex` or `Autodiff<Flex, C>` ([`on_flex`]):
 /// the [`attention`] kernel, under autodiff one operation over query, key and value (the key
-/// bias is a constant: it gets no gradient); the inputs back otherwise.
-pub(crate) fn flex_attention<B: Backend>(
-    query: Tensor<B, 3>,
-    key: Tensor<B, 3>,
-    value: Tensor<B, 3>,
-    key_bias: Tensor<B, 2>,
-    heads: usize,
-) -> Result<Tensor<B, 3>, AttentionInputs<B>> {
-    let dtypes = [query.dtype(), key.dtype(), value.dtype(), key_bias.dtype()];
-    if dtypes.iter().any(|&d| d != DType::F32) {
-        return Err((query, key, value, key_bias));
+/// bias is a constant: it gets no gradient).
+pub(crate) fn flex_attention(qkv: [Tensor<3>; 3], key_bias: Tensor<2>, heads: usize) -> Tensor<3> {
+    match route(&qkv[0], &[]) {
+        Route::Plain => {
+            let (context, _) = flex_attention_forward(qkv.map(plain), plain(key_bias), heads);
+            Tensor::from_primitive::<Flex>(context)
+        }
+        Route::Tracked(strategy) => {
+            with_strategy!(strategy, |C| tracked_attention::<C>(qkv, key_bias, heads))
+        }
+        Route::Other => unreachable!("flex_attention off flex: the caller checks on_flex"),
     }
-    let inputs: Box<dyn Any> = Box::new((query, key, value, key_bias));
-    let context: Box<dyn Any> = match inputs.downcast::<AttentionInputs<Autodiff<Flex>>>() {
-        Ok(inputs) => Box::new(tracked_attention(*inputs, heads)),
-        Err(inputs) => match inputs.downcast::<AttentionInputs<Flex>>() {
-            Ok(inputs) => Box::new(flex_attention_forward(*inputs, heads).0),
-            Err(inputs) => {
-                return Err(*inputs
-                    .downcast::<AttentionInputs<B>>()
-                    .expect("B's own inputs"));
-            }
-        },
-    };
-    Ok(*context.downcast::<Tensor<B, 3>>().expect("the same type"))
 }
 
 /// What attention's backward needs: its inputs and probabilities `[batch, heads, seq, seq]`.
@@ -312,43 +348,41 @@ struct AttentionState {
 
 /// The context `[batch, seq, d_model]` of `Flex` tensors, and the state for backward.
 fn flex_attention_forward(
-    (query, key, value, key_bias): AttentionInputs<Flex>,
+    qkv: [FlexTensor; 3],
+    key_bias: FlexTensor,
     heads: usize,
-) -> (Tensor<Flex, 3>, AttentionState) {
-    let [batch, seq, d_model] = query.dims();
+) -> (FlexTensor, AttentionState) {
+    let [batch, seq, d_model] = qkv[0].shape().dims::<3>();
     let dims = attention::Dims {
         batch,
         seq,
         heads,
         d_model,
     };
-    let device = query.device();
-    let qkv = [query, key, value].map(|x| x.into_primitive().tensor().to_contiguous());
-    let key_bias = key_bias.into_primitive().tensor().to_contiguous();
+    let qkv = qkv.map(|x| x.to_contiguous());
+    let key_bias = key_bias.to_contiguous();
     let [q, k, v] = qkv.each_ref().map(values);
     let (context, probs) = attention::forward(q, k, v, values(&key_bias), dims);
-    let context = Tensor::from_data(TensorData::new(context, [batch, seq, d_model]), &device);
-    let probs = FlexTensor::from_data(TensorData::new(probs, [batch, heads, seq, seq]));
+    let context = flex_tensor(context, [batch, seq, d_model]);
+    let probs = flex_tensor(probs, [batch, heads, seq, seq]);
     (context, AttentionState { qkv, probs, dims })
 }
 
 /// Attention over autodiff tensors: one operation from query, key and value.
-fn tracked_attention(
-    (query, key, value, key_bias): AttentionInputs<Autodiff<Flex>>,
+fn tracked_attention<C: CheckpointStrategy>(
+    qkv: [Tensor<3>; 3],
+    key_bias: Tensor<2>,
     heads: usize,
-) -> Tensor<Autodiff<Flex>, 3> {
-    let inner = (
-        query.clone().inner(),
-        key.clone().inner(),
-        value.clone().inner(),
-        key_bias.inner(),
-    );
-    let inputs = [query, key, value].map(|x| x.into_primitive().tensor());
-    let context = record(AttentionBackward, inputs, |tracked| {
-        let (context, state) = flex_attention_forward(inner, heads);
-        (context.into_primitive().tensor(), tracked.then_some(state))
+) -> Tensor<3>
+where
+    DispatchTensor: DispatchKindConversion<Autodiff<Flex, C>>,
+{
+    let [(q, nq), (k, nk), (v, nv)] = qkv.map(tracked_parts::<C, 3>);
+    let context = record::<C, 3, _>(AttentionBackward, [nq, nk, nv], |tracked| {
+        let (context, state) = flex_attention_forward([q, k, v], plain(key_bias), heads);
+        (context, tracked.then_some(state))
     });
-    Tensor::from_primitive(TensorPrimitive::Float(context))
+    from_tracked::<C, 3>(context)
 }
 
 /// Attention's backward: the four products and the softmax's backward of
@@ -380,40 +414,28 @@ fn attention_backward(state: AttentionState, d_context: FlexTensor) -> [(Vec<f32
 }
 
 /// `(x, gamma, beta)` of [`crate::layer_norm`].
-type NormInputs<B, const D: usize> = (Tensor<B, D>, Tensor<B, 1>, Tensor<B, 1>);
+pub(crate) type NormInputs<const D: usize> = (Tensor<D>, Tensor<1>, Tensor<1>);
 
 /// Rows per parallel task of the LayerNorm kernels: a fixed number, so that the partial sums
 /// of `∂γ` and `∂β` (added in task order) do not depend on the threads.
 const NORM_ROWS: usize = 64;
 
-/// LayerNorm when `B` is `Flex` or `Autodiff<Flex>` and the inputs are `f32`: the row
-/// kernels of [`cpu::layer_norm`], under autodiff one operation over `x`, `γ` and `β`; the
-/// inputs back otherwise.
-pub(crate) fn flex_layer_norm<B: Backend, const D: usize>(
-    x: Tensor<B, D>,
-    gamma: Tensor<B, 1>,
-    beta: Tensor<B, 1>,
+/// LayerNorm of `f32` inputs on `Flex` or `Autodiff<Flex, C>` ([`on_flex`]): the row kernels
+/// of [`cpu::layer_norm`], under autodiff one operation over `x`, `γ` and `β`.
+pub(crate) fn flex_layer_norm<const D: usize>(
+    (x, gamma, beta): NormInputs<D>,
     eps: f64,
-) -> Result<Tensor<B, D>, NormInputs<B, D>> {
-    if [x.dtype(), gamma.dtype(), beta.dtype()]
-        .iter()
-        .any(|&d| d != DType::F32)
-    {
-        return Err((x, gamma, beta));
+) -> Tensor<D> {
+    match route(&x, &[]) {
+        Route::Plain => {
+            let inputs = [plain(x), plain(gamma), plain(beta)];
+            Tensor::from_primitive::<Flex>(flex_layer_norm_forward(inputs, eps).0)
+        }
+        Route::Tracked(strategy) => with_strategy!(strategy, |C| {
+            tracked_layer_norm::<C, D>((x, gamma, beta), eps)
+        }),
+        Route::Other => unreachable!("flex_layer_norm off flex: the caller checks on_flex"),
     }
-    let inputs: Box<dyn Any> = Box::new((x, gamma, beta));
-    let y: Box<dyn Any> = match inputs.downcast::<NormInputs<Autodiff<Flex>, D>>() {
-        Ok(inputs) => Box::new(tracked_layer_norm(*inputs, eps)),
-        Err(inputs) => match inputs.downcast::<NormInputs<Flex, D>>() {
-            Ok(inputs) => Box::new(flex_layer_norm_forward(*inputs, eps).0),
-            Err(inputs) => {
-                return Err(*inputs
-                    .downcast::<NormInputs<B, D>>()
-                    .expect("B's own inputs"));
-            }
-        },
-    };
-    Ok(*y.downcast::<Tensor<B, D>>().expect("the same type"))
 }
 
 /// What LayerNorm's backward needs: `x̂`, each row's `1/√(σ² + ε)`, and `γ`.
@@ -424,19 +446,11 @@ struct NormState {
     gamma: FlexTensor,
 }
 
-/// LayerNorm of `Flex` tensors, rows in parallel, and the state for backward.
-fn flex_layer_norm_forward<const D: usize>(
-    (x, gamma, beta): NormInputs<Flex, D>,
-    eps: f64,
-) -> (Tensor<Flex, D>, NormState) {
-    let (shape, device) = (x.shape(), x.device());
-    let d = gamma.dims()[0];
-    let [x, gamma, beta] = [
-        x.into_primitive().tensor(),
-        gamma.into_primitive().tensor(),
-        beta.into_primitive().tensor(),
-    ]
-    .map(|t| t.to_contiguous());
+/// LayerNorm of `Flex` tensors `[x, γ, β]`, rows in parallel, and the state for backward.
+fn flex_layer_norm_forward(inputs: [FlexTensor; 3], eps: f64) -> (FlexTensor, NormState) {
+    let [x, gamma, beta] = inputs.map(|t| t.to_contiguous());
+    let shape = x.layout().shape().clone();
+    let d = gamma.shape()[0];
     let (xs, g, b) = (values(&x), values(&gamma), values(&beta));
     let (mut y, mut x_hat) = (vec![0f32; xs.len()], vec![0f32; xs.len()]);
     let mut r = vec![0f32; xs.len() / d.max(1)];
@@ -450,31 +464,26 @@ fn flex_layer_norm_forward<const D: usize>(
                 *r = cpu::layer_norm(x, g, b, eps as f32, y, x_hat);
             }
         });
-    let x_hat = FlexTensor::from_data(TensorData::new(x_hat, shape.clone()));
-    let y = Tensor::from_data(TensorData::new(y, shape), &device);
-    (y, NormState { x_hat, r, gamma })
+    let x_hat = flex_tensor(x_hat, shape.clone());
+    (flex_tensor(y, shape), NormState { x_hat, r, gamma })
 }
 
 /// LayerNorm over autodiff tensors: one operation from `x`, `γ` and `β`.
-fn tracked_layer_norm<const D: usize>(
-    (x, gamma, beta): NormInputs<Autodiff<Flex>, D>,
+fn tracked_layer_norm<C: CheckpointStrategy, const D: usize>(
+    (x, gamma, beta): NormInputs<D>,
     eps: f64,
-) -> Tensor<Autodiff<Flex>, D> {
-    let inner = (
-        x.clone().inner(),
-        gamma.clone().inner(),
-        beta.clone().inner(),
-    );
-    let inputs = [
-        x.into_primitive().tensor(),
-        gamma.into_primitive().tensor(),
-        beta.into_primitive().tensor(),
-    ];
-    let y = record(NormBackward, inputs, |tracked| {
-        let (y, state) = flex_layer_norm_forward(inner, eps);
-        (y.into_primitive().tensor(), tracked.then_some(state))
+) -> Tensor<D>
+where
+    DispatchTensor: DispatchKindConversion<Autodiff<Flex, C>>,
+{
+    let (x, nx) = tracked_parts::<C, D>(x);
+    let (gamma, ng) = tracked_parts::<C, 1>(gamma);
+    let (beta, nb) = tracked_parts::<C, 1>(beta);
+    let y = record::<C, 3, _>(NormBackward, [nx, ng, nb], |tracked| {
+        let (y, state) = flex_layer_norm_forward([x, gamma, beta], eps);
+        (y, tracked.then_some(state))
     });
-    Tensor::from_primitive(TensorPrimitive::Float(y))
+    from_tracked::<C, D>(y)
 }
 
 /// LayerNorm's backward: `∂x` row by row, `∂γ` and `∂β` summed over the rows.

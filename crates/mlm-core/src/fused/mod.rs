@@ -16,45 +16,44 @@
 //!   polynomial `exp` and `erf`, parallel over rows or chunks), each wired into burn's autodiff
 //!   as one operation whose backward uses what the forward saved.
 //!
-//! The callers stay generic over `B: Backend`: the kernel path is taken when `B` is `Flex` or
-//! `Autodiff<Flex>` (told apart at run time through `Any`, at no cost), so a backend needs no
-//! trait of ours to keep working, and CubeCL kernels for wgpu and cuda can join the same way.
+//! The callers take any tensor: the kernel path is taken when the tensor lives on `Flex` or
+//! `Autodiff<Flex, C>` (its device says which, at no cost; Burn 0.22's extension route then
+//! hands over the backend's own primitive), so a backend needs no trait of ours to keep
+//! working, and CubeCL kernels for wgpu and cuda can join the same way.
 
-use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor};
 
 /// Σ over rows of the label-smoothed negative log-likelihood, and how many rows the logits
 /// rank first on their true token.
-pub(crate) struct CrossEntropySum<B: Backend> {
+pub(crate) struct CrossEntropySum {
     /// `Σ_i (1 − ε)(lse_i − z_{i,t_i}) + ε (lse_i − mean_j z_{ij})`, nats, `[1]`.
-    pub(crate) loss_sum: Tensor<B, 1>,
+    pub(crate) loss_sum: Tensor<1>,
     /// Rows whose arg-max (first maximum) is the target, `[1]`.
-    pub(crate) n_correct: Tensor<B, 1, Int>,
+    pub(crate) n_correct: Tensor<1, Int>,
 }
 
 /// The summed cross-entropy of `logits` `[n, vocab]` (`n ≥ 1`) against `targets` `[n]`
 /// (every one in `0..vocab`; the caller checks), label smoothing `ε` in `[0, 1]`. A fused
-/// kernel where `B` has one, [`composed`] ops otherwise.
-pub(crate) fn cross_entropy_sum<B: Backend>(
-    logits: Tensor<B, 2>,
-    targets: Tensor<B, 1, Int>,
+/// kernel where the backend has one, [`composed`] ops otherwise.
+pub(crate) fn cross_entropy_sum(
+    logits: Tensor<2>,
+    targets: Tensor<1, Int>,
     label_smoothing: f64,
-) -> CrossEntropySum<B> {
+) -> CrossEntropySum {
     #[cfg(feature = "flex")]
-    let (logits, targets) = match flex::try_fused(logits, targets, label_smoothing) {
-        Ok(fused) => return fused,
-        Err(inputs) => inputs,
-    };
+    if flex::on_flex(&logits, &[logits.dtype()]) {
+        return flex::fused(logits, targets, label_smoothing);
+    }
     composed(logits, targets, label_smoothing)
 }
 
 /// [`cross_entropy_sum`] in plain tensor ops: max-subtracted log-sum-exp, the true token
 /// picked by `gather`.
-pub(crate) fn composed<B: Backend>(
-    logits: Tensor<B, 2>,
-    targets: Tensor<B, 1, Int>,
+pub(crate) fn composed(
+    logits: Tensor<2>,
+    targets: Tensor<1, Int>,
     label_smoothing: f64,
-) -> CrossEntropySum<B> {
+) -> CrossEntropySum {
     let n_correct = logits
         .clone()
         .argmax(1)
@@ -89,7 +88,7 @@ mod cpu;
 #[cfg(feature = "flex")]
 mod flex;
 #[cfg(feature = "flex")]
-pub(crate) use flex::{flex_attention, flex_gelu, flex_layer_norm};
+pub(crate) use flex::{flex_attention, flex_gelu, flex_layer_norm, on_flex};
 
 #[cfg(test)]
 mod tests {

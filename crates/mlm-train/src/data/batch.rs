@@ -1,7 +1,7 @@
 //! Sequence packing and batching: sentences → `[CLS] … [SEP]` sequences → shuffled,
 //! freshly masked batches of tensors.
 
-use burn::tensor::backend::Backend;
+use burn::tensor::Device;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use mlm_core::{MaskedBatch, MaskedTargets, Masker};
 use rand::seq::SliceRandom;
@@ -69,16 +69,16 @@ pub fn epoch_order(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
 
 /// A masked batch on a device, padded to its longest sequence.
 #[derive(Debug, Clone)]
-pub struct MlmBatch<B: Backend> {
+pub struct MlmBatch {
     /// Corrupted ids `[batch, seq]`.
-    pub input_ids: Tensor<B, 2, Int>,
+    pub input_ids: Tensor<2, Int>,
     /// Segment ids `[batch, seq]` (all 0: one segment).
-    pub token_type_ids: Tensor<B, 2, Int>,
+    pub token_type_ids: Tensor<2, Int>,
     /// `[batch, seq]`, `true` at padding.
-    pub padding_mask: Tensor<B, 2, Bool>,
+    pub padding_mask: Tensor<2, Bool>,
     /// The flat masked positions `b * seq + s` and their original ids, `[n_masked]` each,
     /// checked on the host: the head and the loss read nothing back.
-    pub targets: MaskedTargets<B>,
+    pub targets: MaskedTargets,
     /// Number of real (non-padding) tokens.
     pub n_tokens: usize,
 }
@@ -87,12 +87,12 @@ pub struct MlmBatch<B: Backend> {
 ///
 /// # Errors
 /// The masker's errors (an id outside its vocabulary).
-pub fn make_batch<B: Backend>(
+pub fn make_batch(
     sequences: &[&[u32]],
     masker: &mut Masker,
     pad_id: u32,
-    device: &B::Device,
-) -> Result<MlmBatch<B>, TrainError> {
+    device: &Device,
+) -> Result<MlmBatch, TrainError> {
     let mut batches = make_shards(sequences, masker, pad_id, 1, device)?;
     Ok(batches.pop().expect("one shard"))
 }
@@ -103,13 +103,13 @@ pub fn make_batch<B: Backend>(
 ///
 /// # Errors
 /// The masker's errors (an id outside its vocabulary).
-pub fn make_shards<B: Backend>(
+pub fn make_shards(
     sequences: &[&[u32]],
     masker: &mut Masker,
     pad_id: u32,
     shards: usize,
-    device: &B::Device,
-) -> Result<Vec<MlmBatch<B>>, TrainError> {
+    device: &Device,
+) -> Result<Vec<MlmBatch>, TrainError> {
     let vocab_size = masker.config().vocab_size;
     mask_shards(sequences, masker, shards)?
         .iter()
@@ -161,12 +161,12 @@ fn shard(masked: &MaskedBatch, rows: std::ops::Range<usize>) -> MaskedBatch {
 /// # Errors
 /// [`MlmError`](mlm_core::MlmError) for a target outside `[0, vocab_size)` (a masker of
 /// another vocabulary than the model's).
-pub fn to_device<B: Backend>(
+pub fn to_device(
     masked: &MaskedBatch,
     pad_id: u32,
     vocab_size: usize,
-    device: &B::Device,
-) -> Result<MlmBatch<B>, TrainError> {
+    device: &Device,
+) -> Result<MlmBatch, TrainError> {
     let batch = masked.input_ids.len();
     let seq = masked.input_ids.iter().map(Vec::len).max().unwrap_or(0);
     let mut ids = vec![i64::from(pad_id); batch * seq];

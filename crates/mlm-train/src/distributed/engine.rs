@@ -1,12 +1,10 @@
 //! The engine of [`ProcessGroup::join`]: the start-up check and the one `MPI_Allreduce` per
 //! step, each bounded by the watchdog.
 
-use std::marker::PhantomData;
 use std::time::Instant;
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
-use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Device, Tensor, TensorData};
 use mpi::collective::SystemOperation;
 use mpi::topology::SimpleCommunicator;
@@ -30,17 +28,13 @@ impl ProcessGroup {
     /// [`TIMED_OUT`](super::TIMED_OUT).
     ///
     /// [`Trainer::with_ranks`]: crate::trainer::Trainer::with_ranks
-    pub fn join<B: AutodiffBackend>(
-        &self,
-        facts: &[(&str, f64)],
-    ) -> Result<Box<dyn GradientSync<B>>, TrainError> {
+    pub fn join(&self, facts: &[(&str, f64)]) -> Result<Box<dyn GradientSync>, TrainError> {
         let sum = MpiSum {
             world: self.universe.world(),
             watchdog: Watchdog::start(self.timeout, self.rank),
             bytes: 0,
             seconds: 0.0,
             calls: 0,
-            _backend: PhantomData::<B>,
         };
         sum.check_agreement(facts)?;
         Ok(Box::new(sum))
@@ -49,16 +43,15 @@ impl ProcessGroup {
 
 /// The sum over all ranks, one `MPI_Allreduce` per step: every gradient flattened in module
 /// order into one f32 vector, followed by the step's totals and shared values.
-pub struct MpiSum<B: AutodiffBackend> {
+pub struct MpiSum {
     world: SimpleCommunicator,
     watchdog: Watchdog,
     bytes: usize,
     seconds: f64,
     calls: usize,
-    _backend: PhantomData<B>,
 }
 
-impl<B: AutodiffBackend> MpiSum<B> {
+impl MpiSum {
     /// `values` reduced element-wise by `op` over every rank, bounded by the watchdog.
     fn reduce<T: Equivalence + Copy + Default>(
         &self,
@@ -98,7 +91,7 @@ impl<B: AutodiffBackend> MpiSum<B> {
     }
 }
 
-impl<B: AutodiffBackend> GradientSync<B> for MpiSum<B> {
+impl GradientSync for MpiSum {
     fn traffic(&self) -> Traffic {
         Traffic {
             bytes_per_step: self.bytes,
@@ -108,9 +101,9 @@ impl<B: AutodiffBackend> GradientSync<B> for MpiSum<B> {
 
     fn all_reduce(
         &mut self,
-        model: &BertForMaskedLm<B>,
-        sums: StepSums<B>,
-    ) -> Result<StepSums<B>, TrainError> {
+        model: &BertForMaskedLm,
+        sums: StepSums,
+    ) -> Result<StepSums, TrainError> {
         let StepSums {
             grads,
             totals,
@@ -118,7 +111,7 @@ impl<B: AutodiffBackend> GradientSync<B> for MpiSum<B> {
         } = sums;
         let device = totals.device();
         let n_totals = totals.dims()[0];
-        let mut flat = Flatten::<B> {
+        let mut flat = Flatten {
             grads: &grads,
             parts: Vec::new(),
         };
@@ -127,7 +120,7 @@ impl<B: AutodiffBackend> GradientSync<B> for MpiSum<B> {
         // The one read of the step's device data: MPI sums host memory.
         let mut local: Vec<f32> = Tensor::cat(flat.parts, 0)
             .into_data()
-            .to_vec()
+            .try_to_vec::<f32>()
             .expect("f32 gradients");
         local.extend(shared.map(|value| value as f32));
         let started = Instant::now();
@@ -138,7 +131,7 @@ impl<B: AutodiffBackend> GradientSync<B> for MpiSum<B> {
         );
         self.bytes = local.len() * size_of::<f32>();
         let n_grads = summed.len() - n_totals - 2;
-        let mut split = Unflatten::<B> {
+        let mut split = Unflatten {
             flat: upload(&summed[..n_grads], &device),
             offset: 0,
             grads: GradientsParams::new(),
@@ -152,21 +145,21 @@ impl<B: AutodiffBackend> GradientSync<B> for MpiSum<B> {
     }
 }
 
-fn upload<B: burn::tensor::backend::Backend>(values: &[f32], device: &Device<B>) -> Tensor<B, 1> {
+fn upload(values: &[f32], device: &Device) -> Tensor<1> {
     Tensor::from_data(TensorData::new(values.to_vec(), [values.len()]), device)
 }
 
 /// Every parameter's gradient (zeros where this rank has none), flattened in module order.
-struct Flatten<'a, B: AutodiffBackend> {
+struct Flatten<'a> {
     grads: &'a GradientsParams,
-    parts: Vec<Tensor<B::InnerBackend, 1>>,
+    parts: Vec<Tensor<1>>,
 }
 
-impl<B: AutodiffBackend> ModuleVisitor<B> for Flatten<'_, B> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+impl ModuleVisitor for Flatten<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         let value = param.val().inner();
         let n = value.shape().num_elements();
-        let grad = match self.grads.get::<B::InnerBackend, D>(param.id) {
+        let grad = match self.grads.get::<D>(param.id) {
             Some(grad) => grad.reshape([n]),
             None => Tensor::zeros([n], &value.device()),
         };
@@ -175,19 +168,18 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Flatten<'_, B> {
 }
 
 /// The inverse of [`Flatten`]: each parameter's slice of `flat`, in its shape.
-struct Unflatten<B: AutodiffBackend> {
-    flat: Tensor<B::InnerBackend, 1>,
+struct Unflatten {
+    flat: Tensor<1>,
     offset: usize,
     grads: GradientsParams,
 }
 
-impl<B: AutodiffBackend> ModuleVisitor<B> for Unflatten<B> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+impl ModuleVisitor for Unflatten {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         let shape = param.shape();
         let n = shape.num_elements();
         let slice = self.flat.clone().slice(self.offset..self.offset + n);
-        self.grads
-            .register::<B::InnerBackend, D>(param.id, slice.reshape(shape));
+        self.grads.register::<D>(param.id, slice.reshape(shape));
         self.offset += n;
     }
 }

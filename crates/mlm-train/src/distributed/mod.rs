@@ -124,10 +124,10 @@ impl ProcessGroup {
     /// # Errors
     /// Always [`TrainError::Config`].
     #[cfg(not(feature = "mpi"))]
-    pub fn join<B: burn::tensor::backend::AutodiffBackend>(
+    pub fn join(
         &self,
         _facts: &[(&str, f64)],
-    ) -> Result<Box<dyn crate::trainer::GradientSync<B>>, TrainError> {
+    ) -> Result<Box<dyn crate::trainer::GradientSync>, TrainError> {
         Err(TrainError::Config(
             "this mlm-train was built without the `mpi` feature".into(),
         ))

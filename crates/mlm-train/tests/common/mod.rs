@@ -7,12 +7,17 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use burn::backend::NdArray;
 use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::Device;
 use burn::tensor::Tensor;
 use mlm_train::TrainConfig;
 use mlm_train::report::{MetricsRow, Summary};
 use mlm_train::{BertConfig, BertForMaskedLm};
+
+/// The tests' training device: burn-flex, the reference CPU backend, with autodiff.
+pub fn flex_device() -> Device {
+    Device::flex().autodiff()
+}
 
 /// Moby Dick chapters 1–8.
 pub fn corpus() -> PathBuf {
@@ -60,11 +65,11 @@ pub fn micro_config() -> TrainConfig {
 }
 
 /// Every float parameter's values, in module order.
-pub fn parameters(model: &BertForMaskedLm<NdArray>) -> Vec<f32> {
+pub fn parameters(model: &BertForMaskedLm) -> Vec<f32> {
     struct Values(Vec<f32>);
-    impl ModuleVisitor<NdArray> for Values {
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<NdArray, D>>) {
-            let values: Vec<f32> = param.val().into_data().to_vec().unwrap();
+    impl ModuleVisitor for Values {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            let values: Vec<f32> = param.val().into_data().try_to_vec::<f32>().unwrap();
             self.0.extend(values);
         }
     }
