@@ -8,15 +8,9 @@ mod common;
 
 use burn::tensor::{Device, TensorData};
 use common::{
-    assert_close, assert_every_cross_entropy_case_matches_pytorch, fixture, run_cross_entropy_case,
+    assert_close, assert_every_cross_entropy_case_matches_pytorch, composed_device, fixture,
+    run_cross_entropy_case,
 };
-
-/// The composed tensor ops on a CPU backend without kernels of ours (burn-ndarray, while
-/// Burn ships it): PyTorch is the reference, ndarray only the backend under test.
-#[allow(deprecated)]
-fn composed_device() -> Device {
-    Device::ndarray().autodiff()
-}
 
 /// burn-flex with autodiff: the fused kernel and its autodiff operation.
 fn flex_device() -> Device {

@@ -11,7 +11,7 @@ use burn::tensor::Device;
 
 use burn::module::Param;
 use burn::tensor::{Int, Tensor, TensorData};
-use common::{assert_close, dims, fixture, floats, ints, tensor, to_vec};
+use common::{assert_close, composed_device, dims, fixture, floats, ints, tensor, to_vec};
 use mlm_core::{MlmHead, MlmHeadConfig, masked_cross_entropy_with_labels};
 use serde_json::Value;
 
@@ -183,11 +183,4 @@ fn sparse_path_matches(device: &Device) {
         1e-6,
     );
     assert_reference_gradients(&reference, out.loss, &hidden, &head, &embedding);
-}
-
-/// The composed tensor ops on a CPU backend without kernels of ours (burn-ndarray, while
-/// Burn ships it); PyTorch is the reference.
-#[allow(deprecated)]
-fn composed_device() -> Device {
-    Device::ndarray().autodiff()
 }

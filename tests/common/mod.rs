@@ -5,6 +5,13 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use mlm_core::{MaskedCrossEntropyConfig, MlmError};
 use serde_json::Value;
 
+/// The composed tensor ops on a CPU backend without kernels of ours (burn-ndarray, while
+/// Burn ships it): PyTorch is the reference, ndarray only the backend under test.
+#[allow(deprecated)]
+pub fn composed_device() -> Device {
+    Device::ndarray().autodiff()
+}
+
 /// Reads a fixture copied from `../shared/reference/` (PyTorch, f32, CPU).
 pub fn fixture(name: &str) -> Value {
     let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));

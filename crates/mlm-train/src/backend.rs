@@ -99,17 +99,24 @@ pub fn adapter(kind: BackendKind) -> Adapter {
     match kind {
         BackendKind::Ndarray => cpu("burn-ndarray"),
         BackendKind::Flex => cpu("burn-flex"),
-        BackendKind::Wgpu | BackendKind::Cuda => {
-            let opened = OPENED.lock().expect("the adapter table");
-            opened
-                .iter()
-                .find(|(k, _)| *k == kind)
-                .map(|(_, adapter)| adapter.clone())
-                .unwrap_or_else(|| Adapter {
-                    name: format!("default {} device", kind.name()),
-                    device_type: "unknown".into(),
-                })
-        }
+        BackendKind::Wgpu | BackendKind::Cuda => recorded(kind).unwrap_or_else(|| unnamed(kind)),
+    }
+}
+
+/// What the `kind` device opened in this process said it is; `None` if none was opened.
+fn recorded(kind: BackendKind) -> Option<Adapter> {
+    let opened = OPENED.lock().expect("the adapter table");
+    opened
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map(|(_, adapter)| adapter.clone())
+}
+
+/// The stand-in for a device that has not said what it is.
+fn unnamed(kind: BackendKind) -> Adapter {
+    Adapter {
+        name: format!("default {} device", kind.name()),
+        device_type: "unknown".into(),
     }
 }
 
@@ -127,7 +134,9 @@ pub fn adapter_name(backend: &str) -> String {
 pub fn device_reserved_bytes(kind: BackendKind) -> Option<u64> {
     match kind {
         BackendKind::Ndarray | BackendKind::Flex => None,
+        // Only a device this process opened: asking must not open one.
         BackendKind::Wgpu | BackendKind::Cuda => {
+            recorded(kind)?;
             let device = kind.plain_device().ok()?;
             device.memory_pool_usage().map(|usage| usage.bytes_reserved)
         }
@@ -175,14 +184,14 @@ impl BackendKind {
 fn opened(kind: BackendKind, device: Device) -> Device {
     let mut opened = OPENED.lock().expect("the adapter table");
     if !opened.iter().any(|(k, _)| *k == kind) {
-        let (name, device_type) = match device.identity() {
-            Some(id) => {
-                let kind = if id.physical.is_some() { "Gpu" } else { "Cpu" };
-                (id.name, kind.to_string())
-            }
-            None => (format!("default {} device", kind.name()), "unknown".into()),
+        let adapter = match device.identity() {
+            Some(id) => Adapter {
+                device_type: if id.physical.is_some() { "Gpu" } else { "Cpu" }.into(),
+                name: id.name,
+            },
+            None => unnamed(kind),
         };
-        opened.push((kind, Adapter { name, device_type }));
+        opened.push((kind, adapter));
     }
     device
 }

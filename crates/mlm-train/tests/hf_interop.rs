@@ -4,7 +4,10 @@
 //! the imported model gives the same loss and logits; export → import gives identical
 //! logits; every kind of bad file is a typed error naming the key, and leaves nothing behind.
 
+mod common;
+
 use burn::tensor::{Bool, Int, Tensor, TensorData};
+use common::flex_device;
 use mlm_core::masked_cross_entropy_with_labels;
 use mlm_train::data::SPECIAL_TOKENS;
 use mlm_train::hf::{export_run, import_run, load_hf};
@@ -136,7 +139,7 @@ fn import_then_export_then_import_gives_identical_logits() {
     let tmp = tempfile::tempdir().unwrap();
     let hf = fixture_with_vocab(tmp.path());
     let run = tmp.path().join("run");
-    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/corpus");
+    let corpus = common::corpus();
     let config = import_run(&hf, &run, &corpus, &device).unwrap();
     assert_eq!(config.max_seq_len, 16);
 
@@ -446,8 +449,8 @@ fn a_stored_decoder_must_be_the_word_embeddings() {
 /// imported by this build, it must give 0.1's held-out loss and fill-mask probabilities.
 #[test]
 fn an_export_made_by_0_1_imports_and_gives_0_1s_loss_and_predictions() {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    let (export, corpus) = (fixtures.join("v0_1_export"), fixtures.join("corpus"));
+    let corpus = common::corpus();
+    let export = corpus.with_file_name("v0_1_export");
     let expected: Value =
         serde_json::from_str(&std::fs::read_to_string(export.join("expected.json")).unwrap())
             .unwrap();
@@ -475,9 +478,4 @@ fn an_export_made_by_0_1_imports_and_gives_0_1s_loss_and_predictions() {
         assert_eq!(token, want[0].as_str().unwrap());
         close(*p, &want[1]);
     }
-}
-
-/// The tests' device: burn-flex, the reference CPU backend, with autodiff.
-fn flex_device() -> burn::tensor::Device {
-    burn::tensor::Device::flex().autodiff()
 }

@@ -1,8 +1,11 @@
 //! What makes two runs with one seed agree: the initial weights are a function of the seed
 //! alone (not of the backend's generator), and splitting a batch into the shards that run
 //! on parallel threads changes neither the masks nor the loss.
+mod common;
+
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Distribution, Tensor};
+use common::flex_device;
 use mlm_core::{MaskedCrossEntropy, MaskingConfig};
 use mlm_train::data::{MlmBatch, make_shards};
 use mlm_train::gradients::forward_loss;
@@ -228,9 +231,4 @@ fn local_attention_init_reads_the_neighbouring_tokens_from_the_start() {
             .unwrap_err()
             .contains("choose one")
     );
-}
-
-/// The tests' device: burn-flex, the reference CPU backend, with autodiff.
-fn flex_device() -> burn::tensor::Device {
-    burn::tensor::Device::flex().autodiff()
 }
