@@ -4,9 +4,9 @@
 #    2 heads, feed-forward 512, vocab 8192, 15 % masked): forward+backward and the full
 #    step (+ clip + AdamW) on each CPU backend of ours against PyTorch's dense (HF default)
 #    and gathered (masked rows only) paths, as tokens/s, ratios and GFLOP/s against the
-#    machine's peak (PEAK_GFLOPS; by default cores × 2 FMA pipes × 2 FLOP × f32 lanes × 2.6 GHz,
-#    16 lanes on Zen 5, which runs AVX-512 at full width, 8 on Zen 4 and older: 333 or 166 on
-#    2 cores);
+#    machine's peak (PEAK_GFLOPS; by default cores × 2 FMA pipes × 2 FLOP × f32 lanes × the
+#    clock /proc/cpuinfo reports, with 16 lanes where the CPU has AVX-512 and runs it at full
+#    width, 8 with AVX2 and on Zen 4, which executes AVX-512 as two 256-bit halves);
 # 2. the head + loss at BERT-base and tiny shapes (criterion), time and peak memory.
 # A benchmark, not a test: CI does not run it. Usage: scripts/bench-vs-pytorch.sh [step|base|tiny]
 set -euo pipefail
@@ -22,16 +22,21 @@ out=target/bench-vs-pytorch
 mkdir -p "$out"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 if [ -z "${PEAK_GFLOPS:-}" ]; then
-    family=$(awk -F: '/^cpu family/ { print $2 + 0; exit }' /proc/cpuinfo)
-    lanes=$([ "${family:-0}" -ge 26 ] && echo 16 || echo 8)
-    PEAK_GFLOPS=$(( $(nproc) * 2 * 2 * lanes * 26 / 10 ))
-    echo "CPU family ${family:-?}, $(nproc) cores: peak ${PEAK_GFLOPS} GFLOP/s (f32, 2.6 GHz)"
+    read -r vendor family mhz lanes < <(awk -F: '
+        /^vendor_id/ && !v { gsub(/ /, "", $2); v = $2 }
+        /^cpu family/ && !f { f = $2 + 0 }
+        /^cpu MHz/ && !m { m = $2 + 0 }
+        /^flags/ && !l { l = ($2 ~ / avx512f /) ? 16 : ($2 ~ / avx2 /) ? 8 : 4 }
+        END { if (v == "AuthenticAMD" && f == 25 && l == 16) l = 8; print v, f, m, l }' /proc/cpuinfo)
+    PEAK_GFLOPS=$(awk -v n="$(nproc)" -v l="$lanes" -v m="$mhz" 'BEGIN { printf "%.0f", n * 2 * 2 * l * m / 1000 }')
+    echo "$vendor family $family, $(nproc) cores, $lanes f32 lanes per FMA, ${mhz} MHz:" \
+        "peak ${PEAK_GFLOPS} GFLOP/s (2 FMA pipes assumed; PEAK_GFLOPS overrides)"
 fi
 export PEAK_GFLOPS
 
 if [ "$what" = all ] || [ "$what" = step ]; then
     cargo build --release -p mlm-train
-    ./target/release/mlm-train bench backends --backends flex,ndarray --batch-size 64 \
+    ./target/release/mlm-train bench backends --backends flex --batch-size 64 \
         --seq-len 64 --json "$out/ours-step.json"
     "$venv/bin/python" scripts/peers/torch_bert_step.py --device cpu --batch 64 --seq 64 \
         --json "$out/theirs-step.json" > /dev/null

@@ -6,7 +6,7 @@
 # driver brings its own Vulkan ICD).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -p mlm-train --features wgpu,cuda
+cargo build --release -p mlm-train --features ndarray,wgpu,cuda
 target/release/mlm-train fetch-corpus
 carry=target/gpu-bench-carry
 rm -rf "$carry" && mkdir -p "$carry/debs"

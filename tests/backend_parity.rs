@@ -211,22 +211,26 @@ fn first_loss(device: &Device) -> f32 {
 }
 
 /// The first training step's loss of a BERT initialised from the same seed, on the same
-/// masked batch, agrees between wgpu, flex and ndarray within 1e-3 (issue 3). It failed by
-/// 2.4e-3 while burn's `Linear` drew its biases from each backend's own generator.
+/// masked batch, agrees between wgpu and flex within 1e-3 (issue 3), and with ndarray within
+/// 1e-4 where the `ndarray` feature builds it. It failed by 2.4e-3 while burn's `Linear`
+/// drew its biases from each backend's own generator.
 #[test]
 fn first_step_loss_agrees_between_backends() {
     let flex = first_loss(&device(BackendKind::Flex));
     let gpu = first_loss(&device(BackendKind::Wgpu));
-    let composed = first_loss(&device(BackendKind::Ndarray));
     assert!(
         flex > 5.0 && flex < 6.5,
         "an untrained model is near ln 300 = 5.70: {flex}"
     );
     assert!((flex - gpu).abs() < 1e-3, "flex {flex} vs wgpu {gpu}");
-    assert!(
-        (flex - composed).abs() < 1e-4,
-        "flex {flex} vs ndarray {composed}"
-    );
+    #[cfg(feature = "ndarray")]
+    {
+        let composed = first_loss(&device(BackendKind::Ndarray));
+        assert!(
+            (flex - composed).abs() < 1e-4,
+            "flex {flex} vs ndarray {composed}"
+        );
+    }
 }
 
 /// CUDA (`cargo test --features cuda --test backend_parity` on an NVIDIA machine): the

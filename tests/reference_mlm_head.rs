@@ -1,9 +1,9 @@
 //! The BERT MLM head against PyTorch/transformers (`tests/fixtures/mlm_head.json`):
 //! logits, loss, and the gradients of the hidden states, the tied embedding, the output
 //! bias and the dense weight, through both the dense path (`forward` + labels) and the
-//! sparse path (`forward_masked`), on ndarray with autodiff (plain tensor ops) and on flex
-//! with autodiff (the fused GELU and cross-entropy kernels). PyTorch stores a Linear weight
-//! `[out, in]`, Burn `[in, out]`.
+//! sparse path (`forward_masked`), on flex with autodiff (the fused GELU and cross-entropy
+//! kernels) and, with the `ndarray` feature, on ndarray with autodiff (plain tensor ops).
+//! PyTorch stores a Linear weight `[out, in]`, Burn `[in, out]`.
 
 mod common;
 
@@ -11,8 +11,9 @@ use burn::tensor::Device;
 
 use burn::module::Param;
 use burn::tensor::{Int, Tensor, TensorData};
-use common::{assert_close, composed_device, dims, fixture, floats, ints, tensor, to_vec};
+use common::{assert_close, dims, fixture, floats, ints, tensor, to_vec};
 use mlm_core::{MlmHead, MlmHeadConfig, masked_cross_entropy_with_labels};
+use mlm_train::backend::BackendKind;
 use serde_json::Value;
 
 /// The reference head with its parameters loaded, and the tied embedding.
@@ -95,9 +96,27 @@ fn assert_reference_gradients(
     );
 }
 
+/// The composed ops on wgpu (on CI Mesa's lavapipe, Vulkan on the CPU).
+fn wgpu_device() -> Device {
+    BackendKind::Wgpu
+        .device()
+        .expect("wgpu is compiled into the tests")
+}
+
+#[test]
+fn dense_path_matches_transformers_head_on_wgpu() {
+    dense_path_matches(&wgpu_device());
+}
+
+#[test]
+fn sparse_path_gives_the_same_loss_and_gradients_on_wgpu() {
+    sparse_path_matches(&wgpu_device());
+}
+
+#[cfg(feature = "ndarray")]
 #[test]
 fn dense_path_matches_transformers_head() {
-    dense_path_matches(&composed_device());
+    dense_path_matches(&common::composed_device());
 }
 
 #[test]
@@ -105,9 +124,10 @@ fn dense_path_matches_transformers_head_with_the_fused_flex_kernels() {
     dense_path_matches(&Device::flex().autodiff());
 }
 
+#[cfg(feature = "ndarray")]
 #[test]
 fn sparse_path_gives_the_same_loss_and_gradients() {
-    sparse_path_matches(&composed_device());
+    sparse_path_matches(&common::composed_device());
 }
 
 #[test]

@@ -6,7 +6,10 @@ use mlm_core::{MaskedCrossEntropyConfig, MlmError};
 use serde_json::Value;
 
 /// The composed tensor ops on a CPU backend without kernels of ours (burn-ndarray, while
-/// Burn ships it): PyTorch is the reference, ndarray only the backend under test.
+/// Burn ships it; the `ndarray` feature): PyTorch is the reference, ndarray only the backend
+/// under test. Without the feature the composed ops are checked on wgpu (`backend_parity.rs`)
+/// and, in f64, on flex.
+#[cfg(feature = "ndarray")]
 #[allow(deprecated)]
 pub fn composed_device() -> Device {
     Device::ndarray().autodiff()

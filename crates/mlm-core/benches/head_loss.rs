@@ -1,6 +1,5 @@
-//! Head + loss, forward and backward, on ndarray and flex with autodiff (Burn's two CPU
-//! backends): BERT's transform, the decoder tied to a token embedding and the masked
-//! cross-entropy.
+//! Head + loss, forward and backward, on flex with autodiff (Burn's reference CPU backend):
+//! BERT's transform, the decoder tied to a token embedding and the masked cross-entropy.
 //!
 //! Variants, on the same hidden states, weights and masked positions:
 //! - `dense`: every row through the head, labels `-100` off the masked positions
@@ -15,7 +14,7 @@
 //! `cargo bench -p mlm-core --bench head_loss` runs criterion, then prints a table of peak
 //! memory (Linux's `VmHWM`, reset before each variant) and achieved GFLOP/s, counting
 //! 6 · rows · d_model · (vocab + d_model) FLOPs for forward + backward. Add `-- tiny` (or
-//! `-- base`) to run one shape only, `-- ndarray` (or `-- flex`) for one backend only.
+//! `-- base`) to run one shape only.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -85,7 +84,7 @@ struct Setup {
 
 impl Setup {
     fn new(backend: &'static str, shape: &'static Shape) -> Self {
-        let device = device(backend);
+        let device = Device::flex().autodiff();
         device.seed(7);
         let rows = shape.batch * shape.seq;
         let n_masked = (MASKED_SHARE * rows as f64).round() as usize;
@@ -273,7 +272,7 @@ fn rss_mib(field: &str) -> Option<f64> {
     Some(line.split_whitespace().nth(1)?.parse::<f64>().ok()? / 1024.0)
 }
 
-/// Criterion, then the memory and throughput rows, for every selected shape on backend `B`
+/// Criterion, then the memory and throughput rows, for every selected shape on the backend
 /// called `name`.
 fn bench_backend(name: &'static str, criterion: &mut Criterion, rows: &mut Vec<serde_json::Value>) {
     let setups: Vec<Setup> = selected(&SHAPES, |s| s.name)
@@ -284,21 +283,10 @@ fn bench_backend(name: &'static str, criterion: &mut Criterion, rows: &mut Vec<s
     measure_memory_and_throughput(&setups, rows);
 }
 
-/// The autodiff device of the backend `name` (`ndarray` or `flex`).
-#[allow(deprecated)]
-fn device(name: &str) -> Device {
-    match name {
-        "ndarray" => Device::ndarray().autodiff(),
-        _ => Device::flex().autodiff(),
-    }
-}
-
 fn main() {
     let mut criterion = Criterion::default().configure_from_args();
     let mut rows = Vec::new();
-    for backend in selected(&["ndarray", "flex"], |name| name) {
-        bench_backend(backend, &mut criterion, &mut rows);
-    }
+    bench_backend("flex", &mut criterion, &mut rows);
     criterion.final_summary();
     print_table(&rows);
     if let Ok(path) = std::env::var("HEAD_LOSS_JSON") {

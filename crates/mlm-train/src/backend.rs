@@ -9,8 +9,8 @@ use crate::error::TrainError;
 /// A compiled-in backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BackendKind {
-    /// burn-ndarray on the CPU (cargo feature `ndarray`, on by default): the reference the
-    /// others are compared with.
+    /// burn-ndarray on the CPU (cargo feature `ndarray`, off by default: Burn 0.22 deprecates
+    /// it): plain tensor ops, the reference `bench backends` compares the others with.
     Ndarray,
     /// burn-flex on the CPU (cargo feature `flex`, on by default; the default `--backend`):
     /// the gemm crate's matmul, with AVX-512 kernels where the CPU has them. It trains the

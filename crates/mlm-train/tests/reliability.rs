@@ -576,7 +576,7 @@ fn sigkill_mid_run_and_mid_checkpoint_resumes_from_the_last_complete_checkpoint(
 }
 
 #[test]
-fn two_runs_with_one_seed_and_tokenizer_are_bit_identical_on_ndarray() {
+fn two_runs_with_one_seed_and_tokenizer_are_bit_identical() {
     // docs/RELIABILITY.md, "Determinism": both runs use the first run's tokenizer.json (as
     // a resume does), so this checks the training alone: every loss and every weight agrees
     // bit for bit. `processes.rs` checks fresh runs, tokenizer included, in two processes.
