@@ -111,6 +111,15 @@ pub enum MlmError {
         rule: &'static str,
     },
 
+    /// A sentence that cannot be scored: empty, or longer than the model's positions.
+    #[error("sentence {index}: {reason}")]
+    InvalidSentence {
+        /// Index of the sentence among those given.
+        index: usize,
+        /// Why, with its length and the model's limit.
+        reason: String,
+    },
+
     /// A head was asked to decode without a decoder weight, or was given two.
     #[error("{0}")]
     DecoderWeight(&'static str),

@@ -27,6 +27,10 @@
 //!   self-attention and LayerNorm, each one operation (a fused kernel on burn-flex), for the
 //!   encoder that feeds the head.
 //!
+//! - [`PseudoLogLikelihood`] ([`scoring`]): a sentence's pseudo-log-likelihood under any
+//!   [`MaskedLanguageModel`], all masked copies of many sentences in one forward pass, and
+//!   [`prefers_grammatical`], the verdict on a minimal pair (Salazar et al. 2020).
+//!
 //! - `learner` (with the `train` feature, so not linked here): `MlmBatcher`
 //!   and `MlmOutput`, the pieces burn-train's `DataLoader` and `Learner` need.
 //!
@@ -40,6 +44,7 @@ pub mod head;
 pub mod learner;
 pub mod loss;
 pub mod masking;
+pub mod scoring;
 pub mod targets;
 
 pub use attention::multi_head_attention;
@@ -50,4 +55,5 @@ pub use loss::{
     masked_cross_entropy, masked_cross_entropy_with_labels,
 };
 pub use masking::{MaskedBatch, Masker, MaskingConfig, SpanMaskingConfig};
+pub use scoring::{MaskedLanguageModel, PseudoLogLikelihood, SpecialTokenIds, prefers_grammatical};
 pub use targets::MaskedTargets;

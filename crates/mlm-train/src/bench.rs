@@ -198,7 +198,7 @@ pub fn bench_backend(
     }
     sync()?;
     let unsynced = started.elapsed().as_secs_f64() / config.timed_steps as f64;
-    let mut optimizer = adamw(train.weight_decay);
+    let mut optimizer = adamw(&model, train.weight_decay, train.weight_decay_on);
     let (train_step, _) = timed(&mut || {
         let (loss, shards) = gradients(&model)?;
         let mut grads = sum_shards(&model, shards).grads;

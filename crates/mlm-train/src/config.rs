@@ -34,6 +34,30 @@ impl std::fmt::Display for Masking {
     }
 }
 
+/// Which parameters AdamW's decoupled weight decay shrinks (`--weight-decay-on`,
+/// `"weight_decay_on"` in `config.json`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum WeightDecayOn {
+    /// The matrices only (linear and embedding weights): not the biases nor LayerNorm's gain
+    /// and bias. BERT's rule, as Hugging Face's `Trainer` keeps it
+    /// (`get_decay_parameter_names`), and nanoGPT's (every parameter of two or more
+    /// dimensions).
+    #[default]
+    Matrices,
+    /// Every parameter: what runs made before this setting existed did.
+    All,
+}
+
+impl std::fmt::Display for WeightDecayOn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Matrices => "matrices",
+            Self::All => "all",
+        })
+    }
+}
+
 /// [`TrainConfig::log_every`] unless set; also what a run made before the setting existed
 /// resumes with.
 pub const DEFAULT_LOG_EVERY: usize = 10;
@@ -97,9 +121,14 @@ pub struct TrainConfig {
     /// the schedule depends on the machine's speed.
     #[config(default = "None")]
     pub time_budget_seconds: Option<f64>,
-    /// AdamW decoupled weight decay.
+    /// AdamW decoupled weight decay λ: each step shrinks the decayed parameters by
+    /// `1 − learning_rate · λ` (Loshchilov & Hutter 2019).
     #[config(default = 0.01)]
     pub weight_decay: f64,
+    /// Which parameters `weight_decay` shrinks. A run made before this setting existed
+    /// decayed every parameter ([`crate::RunDir::load_config`]).
+    #[config(default = "WeightDecayOn::Matrices")]
+    pub weight_decay_on: WeightDecayOn,
     /// Global gradient-norm clip.
     #[config(default = 1.0)]
     pub max_grad_norm: f64,

@@ -39,6 +39,16 @@ pub enum TrainError {
         /// What went wrong.
         reason: String,
     },
+    /// A minimal-pair file (Zorro `.txt`, BLiMP `.jsonl`) or folder cannot be scored.
+    #[error("minimal pairs {}{}: {reason}", path.display(), line.map(|l| format!(", line {l}")).unwrap_or_default())]
+    MinimalPairs {
+        /// The file or folder.
+        path: PathBuf,
+        /// The 1-based line, where one is at fault.
+        line: Option<usize>,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A user input (e.g. a fill-mask text) cannot be used.
     #[error("{0}")]
     InvalidInput(String),

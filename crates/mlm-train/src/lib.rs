@@ -11,7 +11,8 @@
 //!
 //! [`hf`] reads and writes Hugging Face `BertForMaskedLM` folders (`config.json`,
 //! `model.safetensors`, tokenizer files), so a run exports to transformers and a
-//! transformers checkpoint imports as a run.
+//! transformers checkpoint imports as a run. [`grammar`] scores a model on minimal pairs
+//! (Zorro, BLiMP) by pseudo-log-likelihood: does it prefer the grammatical sentence?
 
 pub mod backend;
 pub mod bench;
@@ -22,6 +23,7 @@ pub mod distributed;
 pub mod error;
 pub mod eval;
 pub mod gradients;
+pub mod grammar;
 pub mod hf;
 pub mod memory;
 pub mod model;

@@ -9,14 +9,17 @@ use std::time::Duration;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use mlm_train::backend::BackendKind;
 use mlm_train::bench::{BackendBenchConfig, compare_backends, markdown_table, save_rows};
-use mlm_train::config::{Masking, config_with_overrides, human_duration, parse_time_budget};
-use mlm_train::data::fetch_corpus;
+use mlm_train::config::{
+    Masking, WeightDecayOn, config_with_overrides, human_duration, parse_time_budget,
+};
+use mlm_train::data::{Paradigm, fetch_corpus, read_minimal_pairs};
 use mlm_train::distributed::ProcessGroup;
+use mlm_train::grammar::{MinimalPairsScore, score_minimal_pairs};
 use mlm_train::hf::{export_run, import_run};
 use mlm_train::predict::TrainedRun;
 use mlm_train::report::Summary;
 use mlm_train::stop::StopSignal;
-use mlm_train::{BertConfig, TrainError};
+use mlm_train::{BertConfig, RunDir, TrainError};
 use mlm_train::{TrainConfig, resume_with, train_with};
 
 /// Where `fetch-corpus` puts the default corpus, and where `train` looks for it.
@@ -56,14 +59,20 @@ enum Command {
         /// Text with one or more [MASK].
         text: String,
     },
-    /// Print held-out loss, accuracy and perplexity of a run.
+    /// Print held-out loss, accuracy and perplexity of a run, or (with --minimal-pairs) its
+    /// accuracy on minimal pairs.
     Eval {
         /// The run directory.
         #[arg(long)]
         run: PathBuf,
         /// Evaluate on every document of this corpus instead of the run's held-out split.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "minimal_pairs")]
         corpus: Option<PathBuf>,
+        #[command(flatten)]
+        pairs: MinimalPairsArgs,
+        /// Also write the minimal-pair result as JSON to FILE.
+        #[arg(long, value_name = "FILE", requires = "minimal_pairs")]
+        json: Option<PathBuf>,
         /// Backend.
         #[arg(long, value_enum, default_value = "flex")]
         backend: BackendKind,
@@ -167,6 +176,65 @@ impl BackendsArgs {
     }
 }
 
+/// Grammar by minimal pairs ([`mlm_train::grammar`]).
+#[derive(Args)]
+struct MinimalPairsArgs {
+    /// Score the model on minimal pairs: a Zorro .txt (odd lines ungrammatical, even lines
+    /// grammatical) or BLiMP .jsonl (sentence_good, sentence_bad) file, or a folder of them,
+    /// one paradigm per file. Each pair is right when the grammatical sentence has the higher
+    /// pseudo-log-likelihood; ties are wrong; chance is 50 %.
+    #[arg(long, value_name = "PATH")]
+    minimal_pairs: Option<PathBuf>,
+    /// Score only the first N pairs of each paradigm [default: all].
+    #[arg(long, value_name = "N", requires = "minimal_pairs")]
+    max_pairs: Option<NonZeroUsize>,
+}
+
+/// A minimal-pair suite, read before anything is trained or loaded.
+struct Suite {
+    path: PathBuf,
+    paradigms: Vec<Paradigm>,
+    max_pairs: Option<usize>,
+}
+
+impl MinimalPairsArgs {
+    /// The suite if one is given.
+    fn read(&self) -> Result<Option<Suite>, TrainError> {
+        let Some(path) = &self.minimal_pairs else {
+            return Ok(None);
+        };
+        Ok(Some(Suite {
+            path: path.clone(),
+            paradigms: read_minimal_pairs(path)?,
+            max_pairs: self.max_pairs.map(NonZeroUsize::get),
+        }))
+    }
+}
+
+impl Suite {
+    /// The newest checkpoint of the run in `run` scored on this suite, its table printed.
+    fn score(&self, run: &Path, backend: BackendKind) -> Result<MinimalPairsScore, TrainError> {
+        let device = backend.plain_device()?;
+        let trained = TrainedRun::load(run, &device)?;
+        let score = score_minimal_pairs(
+            &trained.model,
+            &trained.tokenizer,
+            &self.path,
+            &self.paradigms,
+            self.max_pairs,
+            &device,
+        )?;
+        println!("{}", score.table());
+        println!(
+            "minimal pairs {}: scored {} sentences in {:.0} s",
+            self.path.display(),
+            2 * score.pairs,
+            score.seconds
+        );
+        Ok(score)
+    }
+}
+
 // A resumed run keeps its saved configuration: a setting given with --resume is an error
 // (`conflicts_with`), not silently ignored.
 #[derive(Args)]
@@ -249,6 +317,13 @@ struct TrainArgs {
     /// always use token masking, so held-out losses compare.
     #[arg(long, value_enum, conflicts_with = "resume")]
     masking: Option<Masking>,
+    /// AdamW's decoupled weight decay λ.
+    #[arg(long, conflicts_with = "resume", allow_negative_numbers = true)]
+    weight_decay: Option<f64>,
+    /// Which parameters the weight decay shrinks: the matrices (linear and embedding
+    /// weights; BERT's and Hugging Face's rule) or every one, biases and LayerNorm included.
+    #[arg(long, value_enum, conflicts_with = "resume")]
+    weight_decay_on: Option<WeightDecayOn>,
     /// Dropout (hidden and attention).
     #[arg(long, conflicts_with = "resume", allow_negative_numbers = true)]
     dropout: Option<f64>,
@@ -269,6 +344,10 @@ struct TrainArgs {
     /// Seed.
     #[arg(long, conflicts_with = "resume")]
     seed: Option<u64>,
+    /// After training, score the finished model on minimal pairs (outside the training
+    /// time and budget) and add the result to summary.json.
+    #[command(flatten)]
+    pairs: MinimalPairsArgs,
 }
 
 /// The flags of `train` that set a `TrainConfig` field: one table for setting them and for
@@ -299,6 +378,7 @@ config_flags!(
     eval_every => eval_every, log_every => log_every, checkpoint_every => checkpoint_every,
     seed => seed,
     mlm_probability => mlm_probability, masking => masking,
+    weight_decay => weight_decay, weight_decay_on => weight_decay_on,
     local_attention_init => model.local_attention_init,
     dropout => model.hidden_dropout_prob,
 );
@@ -382,8 +462,24 @@ fn run(cli: Cli) -> Result<u8, TrainError> {
         }
         Command::Eval {
             run,
+            pairs,
+            json,
+            backend,
+            ..
+        } if pairs.minimal_pairs.is_some() => {
+            let suite = pairs.read()?.expect("--minimal-pairs is given");
+            let score = suite.score(&run, backend)?;
+            if let Some(json) = json {
+                score.save(&json)?;
+                println!("result written to {}", json.display());
+            }
+            Ok(0)
+        }
+        Command::Eval {
+            run,
             corpus,
             backend,
+            ..
         } => {
             let device = backend.plain_device()?;
             let trained = TrainedRun::load(&run, &device)?;
@@ -438,16 +534,39 @@ fn run(cli: Cli) -> Result<u8, TrainError> {
 /// `train`: a new run or a resume, alone or as one rank of a data-parallel run that an MPI
 /// launcher started. A rank reports its own result before it leaves the job
 /// ([`ProcessGroup::finish`]).
+///
+/// With `--minimal-pairs`, rank 0 scores the finished model after every rank has left the
+/// job, so that no rank waits on it; a run stopped early is not scored.
 fn train_command(args: &TrainArgs) -> Result<u8, TrainError> {
+    // Read first: a bad suite fails before any training.
+    let suite = args.pairs.read()?;
     let group = ProcessGroup::from_launcher(Duration::from_secs(args.collective_timeout))?;
+    let rank = group.as_ref().map_or(0, |group| group.rank);
     let result = train_as(args, group.as_ref());
-    let Some(group) = group else {
-        return result;
+    let status = match group {
+        None => result?,
+        Some(group) => {
+            // A run's end (a stop by signal included) and a spent budget are the same on
+            // every rank.
+            let alike = matches!(result, Ok(_) | Err(TrainError::BudgetSpent { .. }));
+            let status = exit_status(result);
+            group.finish(alike, status);
+            status
+        }
     };
-    // A run's end (a stop by signal included) and a spent budget are the same on every rank.
-    let alike = matches!(result, Ok(_) | Err(TrainError::BudgetSpent { .. }));
-    let status = exit_status(result);
-    group.finish(alike, status);
+    if let (0, 0, Some(suite)) = (status, rank, suite) {
+        let run = args.resume.as_ref().unwrap_or(&args.run);
+        let score = suite.score(run, args.backend)?;
+        let (accuracy, paradigms) = (score.accuracy, score.paradigms.len());
+        let summary = Summary::add_minimal_pairs(run, score)?;
+        println!(
+            "minimal pairs: {:.1} % over {paradigms} paradigms (chance 50 %), beside the held-out \
+             loss of {:.4} nats; added to {}",
+            100.0 * accuracy,
+            summary.final_valid_loss,
+            RunDir(run.clone()).summary().display()
+        );
+    }
     Ok(status)
 }
 

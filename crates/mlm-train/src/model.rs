@@ -15,7 +15,10 @@ use burn::nn::{
 use burn::tensor::Device;
 use burn::tensor::{Bool, Distribution, Int, Tensor, TensorData};
 use mlm_core::attention::{self, PADDING_BIAS};
-use mlm_core::{MaskedTargets, MlmError, MlmHead, MlmHeadConfig, gelu, multi_head_attention};
+use mlm_core::{
+    MaskedLanguageModel, MaskedTargets, MlmError, MlmHead, MlmHeadConfig, gelu,
+    multi_head_attention,
+};
 
 use crate::seed::{Stream, stream_rng};
 use rand::rngs::StdRng;
@@ -597,5 +600,27 @@ impl BertForMaskedLm {
         let hidden = self.encode(input_ids, token_type_ids, padding_mask);
         self.head
             .forward(hidden, Some(self.embeddings.word_embeddings.weight.val()))
+    }
+}
+
+/// Pseudo-log-likelihood scoring ([`mlm_core::PseudoLogLikelihood`]): one segment, sizes
+/// read off the embedding tables.
+impl MaskedLanguageModel for BertForMaskedLm {
+    fn masked_logits(
+        &self,
+        input_ids: Tensor<2, Int>,
+        padding_mask: Tensor<2, Bool>,
+        targets: &MaskedTargets,
+    ) -> Result<Tensor<2>, MlmError> {
+        let token_type_ids = input_ids.zeros_like();
+        self.forward_masked(input_ids, token_type_ids, padding_mask, targets)
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.embeddings.word_embeddings.weight.dims()[0]
+    }
+
+    fn max_seq_len(&self) -> usize {
+        self.embeddings.position_embeddings.weight.dims()[0]
     }
 }

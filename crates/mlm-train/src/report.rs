@@ -8,7 +8,9 @@ use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Masking;
-use crate::error::{TrainError, io, write_atomic};
+use crate::error::{TrainError, io, read_json, write_atomic, write_json};
+use crate::grammar::MinimalPairsScore;
+use crate::run_dir::RunDir;
 
 /// One row of `metrics.csv`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -276,10 +278,34 @@ pub struct Summary {
     pub masking: Masking,
     /// Trainable parameters.
     pub parameters: usize,
+    /// The finished model's grammar by minimal pairs (`train --minimal-pairs`, scored after
+    /// training and outside its wall time); absent if none was scored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimal_pairs: Option<MinimalPairsScore>,
     /// Backend name (`flex`, `ndarray`, `wgpu`, `cuda`).
     pub backend: String,
     /// The device the backend ran on, in words.
     pub adapter: String,
+}
+
+impl Summary {
+    /// Adds `score` to the `summary.json` of the finished run in `run_dir`, atomically and
+    /// under the run's lock, and returns the summary.
+    ///
+    /// # Errors
+    /// [`TrainError::RunInUse`] if another process holds the run; [`TrainError::Io`] /
+    /// [`TrainError::Json`] naming `summary.json`.
+    pub fn add_minimal_pairs(
+        run_dir: &Path,
+        score: MinimalPairsScore,
+    ) -> Result<Summary, TrainError> {
+        let dir = RunDir(run_dir.to_path_buf());
+        let _lock = dir.lock()?;
+        let mut summary: Summary = read_json(&dir.summary())?;
+        summary.minimal_pairs = Some(score);
+        write_json(&dir.summary(), &summary)?;
+        Ok(summary)
+    }
 }
 
 fn one() -> usize {

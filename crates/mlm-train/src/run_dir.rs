@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::checkpoint::{self, RunState};
-use crate::config::{DEFAULT_LOG_EVERY, Masking, TrainConfig};
+use crate::config::{DEFAULT_LOG_EVERY, Masking, TrainConfig, WeightDecayOn};
 use crate::data::WordPieceTokenizer;
 use crate::error::{TrainError, io, read_json, write_json};
 use crate::model::BertForMaskedLm;
@@ -39,8 +39,9 @@ impl RunDir {
     /// Loads the run's configuration. A run made before a model flag existed
     /// (`sinusoidal_positions`, `local_attention_init`) was made without it: the flag reads
     /// as `false`; one made before `world_size` existed ran as one process, one made
-    /// before `masking` existed used token masking, and one made before `log_every` existed
-    /// takes its default (it changes when metrics are read, never what they are).
+    /// before `masking` existed used token masking, one made before `weight_decay_on`
+    /// existed decayed every parameter, and one made before `log_every` existed takes its
+    /// default (it changes when metrics are read, never what they are).
     ///
     /// # Errors
     /// [`TrainError::InvalidInput`] if the folder has no `config.json` (it is not a run);
@@ -69,6 +70,9 @@ impl RunDir {
             config
                 .entry("masking")
                 .or_insert(Masking::Token.to_string().into());
+            config
+                .entry("weight_decay_on")
+                .or_insert(WeightDecayOn::All.to_string().into());
         }
         crate::config::config_from_json(value, &path)
     }

@@ -180,9 +180,10 @@ impl Trainer {
             elapsed_seconds: 0.0,
             tokens_seen: 0,
         };
+        let model = config.model.init_seeded(config.seed, device);
         Ok(Self {
-            model: config.model.init_seeded(config.seed, device),
-            optimizer: adamw(config.weight_decay),
+            optimizer: adamw(&model, config.weight_decay, config.weight_decay_on),
+            model,
             masker: tokenizer.masker(config.mlm_probability, config.masking, config.seed)?,
             loss_fn: MaskedCrossEntropy::default(),
             segment: Segment::at(&state),
@@ -202,7 +203,10 @@ impl Trainer {
     /// [`TrainError::Checkpoint`] / [`TrainError::Json`] naming the broken file.
     pub fn load_checkpoint(mut self, dir: &Path) -> Result<Self, TrainError> {
         self.model = checkpoint::load_model(dir, &self.config.model, &self.device)?;
-        (self.optimizer, self.state) = checkpoint::load_training(dir, self.optimizer)?;
+        // The optimizer's parameter groups name parameters by id: the loaded model's.
+        let c = &self.config;
+        let optimizer = adamw(&self.model, c.weight_decay, c.weight_decay_on);
+        (self.optimizer, self.state) = checkpoint::load_training(dir, optimizer)?;
         self.segment = Segment::at(&self.state);
         Ok(self)
     }
@@ -469,6 +473,7 @@ impl Trainer {
             all_reduce: self.traffic(),
             masking: self.config.masking,
             parameters: self.config.model.num_parameters(),
+            minimal_pairs: None,
             backend: backend.into(),
             adapter: crate::backend::adapter_name(backend),
         }

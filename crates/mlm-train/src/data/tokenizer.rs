@@ -30,6 +30,8 @@ pub struct WordPieceTokenizer {
     inner: Tokenizer,
     /// `[PAD]` id.
     pub pad_id: u32,
+    /// `[UNK]` id: what a word with a character outside the vocabulary becomes.
+    pub unk_id: u32,
     /// `[CLS]` id.
     pub cls_id: u32,
     /// `[SEP]` id.
@@ -120,7 +122,7 @@ impl WordPieceTokenizer {
                     reason: format!("the vocabulary has no {token} token"),
                 })
         };
-        let [pad_id, _unk_id, cls_id, sep_id, mask_id] = [
+        let [pad_id, unk_id, cls_id, sep_id, mask_id] = [
             id(SPECIAL_TOKENS[0])?,
             id(SPECIAL_TOKENS[1])?,
             id(SPECIAL_TOKENS[2])?,
@@ -159,6 +161,7 @@ impl WordPieceTokenizer {
         Ok(Self {
             inner,
             pad_id,
+            unk_id,
             cls_id,
             sep_id,
             mask_id,
