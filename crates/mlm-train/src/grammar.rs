@@ -73,11 +73,12 @@ impl MinimalPairsScore {
             );
         }
         out += &format!(
-            "{:<width$}  {:>6.1} %  {:>5}  (mean of {} paradigms; chance 50 %)",
+            "{:<width$}  {:>6.1} %  {:>5}  (mean of {} paradigm{}; chance 50 %)",
             "overall",
             100.0 * self.accuracy,
             self.pairs,
-            self.paradigms.len()
+            self.paradigms.len(),
+            if self.paradigms.len() == 1 { "" } else { "s" }
         );
         out
     }

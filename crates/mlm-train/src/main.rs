@@ -182,7 +182,9 @@ struct MinimalPairsArgs {
     /// Score the model on minimal pairs: a Zorro .txt (odd lines ungrammatical, even lines
     /// grammatical) or BLiMP .jsonl (sentence_good, sentence_bad) file, or a folder of them,
     /// one paradigm per file. Each pair is right when the grammatical sentence has the higher
-    /// pseudo-log-likelihood; ties are wrong; chance is 50 %.
+    /// pseudo-log-likelihood; ties are wrong; chance is 50 %. With `train`, the finished model
+    /// is scored after training (outside its time and budget) and the result added to
+    /// summary.json.
     #[arg(long, value_name = "PATH")]
     minimal_pairs: Option<PathBuf>,
     /// Score only the first N pairs of each paradigm [default: all].
@@ -344,8 +346,6 @@ struct TrainArgs {
     /// Seed.
     #[arg(long, conflicts_with = "resume")]
     seed: Option<u64>,
-    /// After training, score the finished model on minimal pairs (outside the training
-    /// time and budget) and add the result to summary.json.
     #[command(flatten)]
     pairs: MinimalPairsArgs,
 }

@@ -291,7 +291,8 @@ fn zorro_and_blimp_files_read_as_pairs_and_bad_files_name_their_file_and_line() 
                 "broken.jsonl",
                 "{\"sentence_good\": \"a\", \"sentence_bad\": \"b\"}\n{\"sentence_good\": 1}\n",
             ),
-            "broken.jsonl, line 2: not a BLiMP line",
+            "broken.jsonl, line 2: not a BLiMP line, a JSON object with the strings \
+             sentence_good and sentence_bad (invalid type: integer `1`, expected a string, column",
         ),
         (
             bad("pairs.csv", "a,b\n"),

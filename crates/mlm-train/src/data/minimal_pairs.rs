@@ -149,8 +149,17 @@ fn blimp_pairs(path: &Path, text: &str) -> Result<Vec<MinimalPair>, TrainError> 
         .enumerate()
         .filter(|(_, line)| !line.trim().is_empty())
         .map(|(i, line)| {
-            let parsed: Line = serde_json::from_str(line)
-                .map_err(|e| fault(path, Some(i + 1), &format!("not a BLiMP line ({e})")))?;
+            let parsed: Line = serde_json::from_str(line).map_err(|e| {
+                // serde_json counts lines within the one line it was given: keep the column.
+                let what = e.to_string();
+                let what = what.split(" at line ").next().unwrap_or_default();
+                let reason = format!(
+                    "not a BLiMP line, a JSON object with the strings sentence_good and \
+                     sentence_bad ({what}, column {})",
+                    e.column()
+                );
+                fault(path, Some(i + 1), &reason)
+            })?;
             Ok(MinimalPair {
                 good: sentence(path, parsed.sentence_good.trim(), i + 1)?,
                 bad: sentence(path, parsed.sentence_bad.trim(), i + 1)?,
