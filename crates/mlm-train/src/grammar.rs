@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::tensor::Device;
-use mlm_core::{MaskedLanguageModel, PseudoLogLikelihood, SpecialTokenIds, prefers_grammatical};
+use mlm_core::{MlmError, PseudoLogLikelihood, SpecialTokenIds, prefers_grammatical};
 use serde::{Deserialize, Serialize};
 
 use crate::data::{Paradigm, Sentence, WordPieceTokenizer};
@@ -115,13 +115,14 @@ pub fn score_minimal_pairs(
             reason: "nothing to score: no paradigm, or at most 0 pairs of each".into(),
         });
     }
-    let max_tokens = model.max_seq_len() - 2;
     let taken = |paradigm: &Paradigm| paradigm.pairs.len().min(max_pairs.unwrap_or(usize::MAX));
-    let mut sentences = Vec::new();
+    // Each encoded sentence with where it came from, to name it if the scorer refuses it.
+    let (mut sentences, mut origins) = (Vec::new(), Vec::new());
     for paradigm in paradigms {
         for pair in &paradigm.pairs[..taken(paradigm)] {
             for sentence in [&pair.good, &pair.bad] {
-                sentences.push(encode(tokenizer, &paradigm.path, sentence, max_tokens)?);
+                sentences.push(encode(tokenizer, &paradigm.path, sentence)?);
+                origins.push((&paradigm.path, sentence.line));
             }
         }
     }
@@ -131,7 +132,16 @@ pub fn score_minimal_pairs(
         mask_id: tokenizer.mask_id,
         pad_id: tokenizer.pad_id,
     });
-    let plls = scorer.score(model, &sentences, device)?;
+    let plls = scorer
+        .score(model, &sentences, device)
+        .map_err(|error| match error {
+            MlmError::InvalidSentence { index, reason } => TrainError::MinimalPairs {
+                path: origins[index].0.clone(),
+                line: Some(origins[index].1),
+                reason,
+            },
+            other => other.into(),
+        })?;
     let mut pairs = plls.chunks_exact(2);
     let paradigms: Vec<ParadigmScore> = paradigms
         .iter()
@@ -161,12 +171,11 @@ pub fn score_minimal_pairs(
     })
 }
 
-/// The ids of `sentence`, refused where the model could not score it as written.
+/// The ids of `sentence`, refused where a word becomes `[UNK]` (the scorer checks the length).
 fn encode(
     tokenizer: &WordPieceTokenizer,
     path: &Path,
     sentence: &Sentence,
-    max_tokens: usize,
 ) -> Result<Vec<u32>, TrainError> {
     let fault = |reason: String| TrainError::MinimalPairs {
         path: path.to_path_buf(),
@@ -188,12 +197,6 @@ fn encode(
         return Err(fault(format!(
             "{word:?} has a character outside the run's vocabulary (it becomes [UNK]), so \
              the sentence cannot be scored as written"
-        )));
-    }
-    if ids.is_empty() || ids.len() > max_tokens {
-        return Err(fault(format!(
-            "{} tokens; the model scores 1 to {max_tokens} (its positions less [CLS] and [SEP])",
-            ids.len()
         )));
     }
     Ok(ids)
