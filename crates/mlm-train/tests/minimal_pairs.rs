@@ -212,26 +212,22 @@ fn a_zorro_file_scores_each_pair_by_its_plls_and_counts_a_tie_as_wrong() {
         (first.pairs, first.paradigms[0].correct),
         (1, usize::from(right[0]))
     );
+    // The error of a suite holding `text`, which the model cannot score.
+    let refusal = |text: &str| {
+        std::fs::write(&suite, text).unwrap();
+        let paradigms = read_minimal_pairs(&suite).unwrap();
+        score_minimal_pairs(&model, &tokenizer, &suite, &paradigms, None, &device)
+            .unwrap_err()
+            .to_string()
+    };
     // A word outside the vocabulary is named with its file and line.
-    std::fs::write(&suite, "the cat is here .\nthe cat is h3re .\n").unwrap();
-    let paradigms = read_minimal_pairs(&suite).unwrap();
-    let error = score_minimal_pairs(&model, &tokenizer, &suite, &paradigms, None, &device)
-        .unwrap_err()
-        .to_string();
+    let error = refusal("the cat is here .\nthe cat is h3re .\n");
     assert!(
         error.contains("agreement.txt, line 2: \"h3re\" has a character outside"),
         "{error}"
     );
     // A sentence longer than the model's 14 positions, likewise.
-    std::fs::write(
-        &suite,
-        format!("the cat is here .\n{}\n", "cat ".repeat(15)),
-    )
-    .unwrap();
-    let paradigms = read_minimal_pairs(&suite).unwrap();
-    let error = score_minimal_pairs(&model, &tokenizer, &suite, &paradigms, None, &device)
-        .unwrap_err()
-        .to_string();
+    let error = refusal(&format!("the cat is here .\n{}\n", "cat ".repeat(15)));
     assert!(
         error.contains("agreement.txt, line 2: 15 tokens"),
         "{error}"
