@@ -25,7 +25,7 @@ use burn_train::metric::{AccuracyMetric, LossMetric, PerplexityMetric};
 use burn_train::{InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep};
 use mlm_core::learner::{MlmBatch, MlmBatcher, MlmOutput};
 use mlm_core::{MlmHead, MlmHeadConfig, masked_cross_entropy_with_labels};
-use mlm_train::config::Masking;
+use mlm_train::data::Masking;
 use mlm_train::data::{fetch_corpus, prepare};
 
 const SEQ_LEN: usize = 64;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use burn::tensor::Device;
 use mlm_train::data::fetch_corpus;
-use mlm_train::predict::TrainedRun;
+use mlm_train::run::TrainedRun;
 use mlm_train::{TrainConfig, TrainError, train};
 
 fn main() -> Result<(), TrainError> {

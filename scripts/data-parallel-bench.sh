@@ -2,7 +2,7 @@
 # One process against two ranks under `mpirun -np 2` on this machine, at the main job's
 # shapes and the same global batch (64 sequences × 64 tokens): tokens/s, the bytes each rank
 # all-reduces per step and the all-reduce's time, and the held-out loss (the same run, so
-# the same loss). README "Scale out". Needs Open MPI (README "Scale out").
+# the same loss). docs/SCALE_OUT.md. Needs Open MPI (docs/SCALE_OUT.md).
 #
 #   scripts/data-parallel-bench.sh [STEPS=60]
 #   MLM_TRAIN=path/to/mlm-train scripts/data-parallel-bench.sh   # a binary built with `mpi`

@@ -2,7 +2,7 @@
 # The whole GPU check as one command, for a machine with one NVIDIA GPU, no Rust toolchain and
 # no network: flex, wgpu (the real GPU) and cuda side by side at the same seed, a PyTorch CUDA
 # peer, and 200 steps of the main job on the GPU; then one Markdown table and the targets of
-# README "CPU vs GPU". About 5 minutes on one GPU with a 16-core host.
+# docs/PERFORMANCE.md "CPU vs GPU". About 5 minutes on one GPU with a 16-core host.
 #
 # Prepare it here (Rust, network): scripts/gpu-bench-prepare.sh writes target/gpu-bench-carry
 # (the binary with flex,wgpu,cuda, the corpus, the Vulkan/EGL/GL loader packages); carry that

@@ -4,7 +4,7 @@
 //! workspace crates:
 //!
 //! - [`core`] (`mlm-core`): the MLM head, the masked cross-entropy and the 80/10/10
-//!   masking, generic over any Burn backend;
+//!   masking; runs on any Burn device, with kernels of its own on flex;
 //! - [`train`] (`mlm-train`): the tiny-BERT pretraining run built on them.
 
 pub use mlm_core as core;

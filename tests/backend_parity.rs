@@ -13,7 +13,7 @@ use mlm_core::{MaskedCrossEntropy, MaskingConfig};
 use mlm_train::BertConfig;
 use mlm_train::backend::BackendKind;
 use mlm_train::data::make_batch;
-use mlm_train::gradients::forward_loss;
+use mlm_train::train::step::forward_loss;
 
 /// The training device of `kind` (with autodiff).
 fn device(kind: BackendKind) -> Device {

@@ -61,7 +61,7 @@ def main(out, devices):
             checks.append((f"{backend}: held-out loss after the main job's steps within 0.02 of flex",
                            abs(delta) <= 0.02, f"{delta:+.4f}"))
 
-    print("\nTargets (README, CPU vs GPU):")
+    print("\nTargets (docs/PERFORMANCE.md, CPU vs GPU):")
     for what, ok, value in checks:
         print(f"- {'PASS' if ok else 'MISS'} {what}: {value}")
 

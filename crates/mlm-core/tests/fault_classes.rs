@@ -3,44 +3,14 @@
 
 use burn::module::Param;
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::tensor::Device;
 use burn::tensor::{Bool, Distribution, Int, Tensor, TensorData};
 use mlm_core::{
     IGNORE_INDEX, MaskedCrossEntropyConfig, Masker, MaskingConfig, MlmError, MlmHeadConfig,
     masked_cross_entropy, masked_cross_entropy_with_labels,
 };
 
-/// The reference CPU backend with autodiff (flex; Burn 0.22 deprecates ndarray).
-fn device() -> Device {
-    Device::flex().autodiff()
-}
-
-fn logits(rows: &[&[f32]]) -> Tensor<2> {
-    let flat: Vec<f32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
-    Tensor::from_data(
-        TensorData::new(flat, [rows.len(), rows[0].len()]),
-        &device(),
-    )
-}
-
-fn labels(values: &[i64]) -> Tensor<1, Int> {
-    Tensor::from_data(TensorData::new(values.to_vec(), [values.len()]), &device())
-}
-
-fn count(t: Tensor<1, Int>) -> i64 {
-    t.into_scalar::<i64>()
-}
-
-fn scalar(t: Tensor<1>) -> f64 {
-    t.into_scalar::<f64>()
-}
-
-fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data()
-        .convert::<f32>()
-        .try_into_vec::<f32>()
-        .unwrap()
-}
+mod common;
+use common::{count, device, labels, logits, scalar, values};
 
 // ── bert-base-uncased's vocabulary layout ────────────────────────────────────────────
 
@@ -119,7 +89,7 @@ fn no_token_masked_gives_loss_0_gradient_0_count_0() {
     assert_eq!(scalar(out.loss.clone()), 0.0);
     let grads = out.loss.backward();
     let grad = embedding.grad(&grads).expect("a zero gradient, not none");
-    assert_eq!(values(grad), vec![0.0; vocab * d_model]);
+    assert_eq!(values::<f32, _>(grad), vec![0.0; vocab * d_model]);
 }
 
 #[test]
@@ -230,13 +200,13 @@ fn accumulated_loss_is_sum_of_sums_over_sum_of_counts_not_mean_of_means() {
     assert!((mean_of_means - 2.0).abs() < 1e-6);
     // The trainer backpropagates each micro-batch's sum ÷ the global count: the gradient
     // is the one batch of all four rows would give.
-    let accumulated_grad = values(
+    let accumulated_grad = values::<f32, _>(
         z.grad(&(a.loss_sum / n + b.loss_sum / n).backward())
             .unwrap(),
     );
     let whole = logits(&[&a_row, &b_row, &b_row, &b_row]).require_grad();
     let out = masked_cross_entropy_with_labels(whole.clone(), labels(&[0; 4])).unwrap();
-    let whole_grad = values(whole.grad(&out.loss.backward()).unwrap());
+    let whole_grad = values::<f32, _>(whole.grad(&out.loss.backward()).unwrap());
     for (g, w) in accumulated_grad.iter().zip(&whole_grad) {
         assert!(
             (g - w).abs() < 1e-7,

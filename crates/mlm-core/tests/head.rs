@@ -3,16 +3,13 @@
 
 use burn::module::Param;
 use burn::nn::{Embedding, EmbeddingConfig};
-use burn::tensor::Device;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
 use mlm_core::{
     MaskedCrossEntropy, MaskedTargets, MlmError, MlmHeadConfig, masked_cross_entropy_with_labels,
 };
 
-/// The reference CPU backend with autodiff (flex; Burn 0.22 deprecates ndarray).
-fn device() -> Device {
-    Device::flex().autodiff()
-}
+mod common;
+use common::{device, values};
 
 fn hidden<const D: usize>(shape: [usize; D]) -> Tensor<D> {
     Tensor::random(shape, Distribution::Normal(0.0, 1.0), &device())
@@ -20,10 +17,6 @@ fn hidden<const D: usize>(shape: [usize; D]) -> Tensor<D> {
 
 fn ints<const D: usize>(values: Vec<i64>, shape: [usize; D]) -> Tensor<D, Int> {
     Tensor::from_data(TensorData::new(values, shape), &device())
-}
-
-fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data().try_into_vec::<f32>().unwrap()
 }
 
 #[test]
@@ -95,10 +88,10 @@ fn checked_targets_give_the_position_path_s_logits_loss_and_gradients_and_refuse
             (logits, out)
         };
         let correct: i64 = out.n_correct.clone().into_scalar::<i64>();
-        let grad = values(h.grad(&out.loss.backward()).unwrap());
+        let grad = values::<f32, _>(h.grad(&out.loss.backward()).unwrap());
         (
-            values(logits.inner()),
-            values(out.loss.inner()),
+            values::<f32, _>(logits.inner()),
+            values::<f32, _>(out.loss.inner()),
             correct,
             grad,
         )
@@ -120,9 +113,9 @@ fn checked_targets_give_the_position_path_s_logits_loss_and_gradients_and_refuse
     let out = MaskedCrossEntropy::default()
         .forward_targets(logits, &none)
         .unwrap();
-    assert_eq!(values(out.loss.clone().inner()), [0.0]);
+    assert_eq!(values::<f32, _>(out.loss.clone().inner()), [0.0]);
     assert!(
-        values(h.grad(&out.loss.backward()).unwrap())
+        values::<f32, _>(h.grad(&out.loss.backward()).unwrap())
             .iter()
             .all(|&g| g == 0.0)
     );
@@ -158,15 +151,15 @@ fn tied_decoder_and_embedding_share_one_parameter_and_its_gradient() {
     };
     // Tied: the same parameter in both places.
     let w = embedding.weight.val();
-    let tied = values(w.grad(&loss_with(w.clone(), w.clone()).backward()).unwrap());
+    let tied = values::<f32, _>(w.grad(&loss_with(w.clone(), w.clone()).backward()).unwrap());
     // The two uses separately, each with the other detached.
     let w_a = embedding.weight.val().detach().require_grad();
-    let via_embedding = values(
+    let via_embedding = values::<f32, _>(
         w_a.grad(&loss_with(w_a.clone(), w_a.clone().detach()).backward())
             .unwrap(),
     );
     let w_b = embedding.weight.val().detach().require_grad();
-    let via_decoder = values(
+    let via_decoder = values::<f32, _>(
         w_b.grad(&loss_with(w_b.clone().detach(), w_b.clone()).backward())
             .unwrap(),
     );

@@ -2,43 +2,14 @@
 //! against finite differences, shift invariance at ±1e4, the zero-graded contract,
 //! and typed errors for bad labels and shapes.
 
-use burn::tensor::Device;
 use burn::tensor::{Bool, Distribution, Int, Tensor, TensorData};
 use mlm_core::{
     MaskedCrossEntropyConfig, MlmError, Reduction, masked_cross_entropy,
     masked_cross_entropy_with_labels,
 };
 
-/// The reference CPU backend with autodiff (flex; Burn 0.22 deprecates ndarray).
-fn device() -> Device {
-    Device::flex().autodiff()
-}
-
-fn logits(rows: &[&[f64]]) -> Tensor<2> {
-    let n = rows.len();
-    let v = rows[0].len();
-    let flat: Vec<f64> = rows.iter().flat_map(|r| r.iter().copied()).collect();
-    Tensor::from_data(TensorData::new(flat, [n, v]), &device())
-}
-
-fn labels(values: &[i64]) -> Tensor<1, Int> {
-    Tensor::from_data(TensorData::new(values.to_vec(), [values.len()]), &device())
-}
-
-fn count(t: Tensor<1, Int>) -> i64 {
-    t.into_scalar::<i64>()
-}
-
-fn scalar(t: Tensor<1>) -> f64 {
-    t.into_scalar::<f64>()
-}
-
-fn values<const D: usize>(t: Tensor<D>) -> Vec<f64> {
-    t.into_data()
-        .convert::<f64>()
-        .try_into_vec::<f64>()
-        .unwrap()
-}
+mod common;
+use common::{count, device, labels, logits, scalar, values};
 
 #[test]
 fn seed_examples_give_the_seed_numbers() {
@@ -74,7 +45,7 @@ fn mean_over_masked_positions_ignores_visible_tokens() {
     assert_eq!(count(out.n_correct.clone()), 2);
     let expected = (0.407_606 + 3f64.ln()) / 2.0;
     assert!((scalar(out.loss.clone()) - expected).abs() < 1e-5);
-    let grad = values(z.grad(&out.loss.backward()).unwrap());
+    let grad = values::<f64, _>(z.grad(&out.loss.backward()).unwrap());
     for (i, g) in grad.iter().enumerate() {
         if i / 3 != 3 && i / 3 != 7 {
             assert_eq!(*g, 0.0, "visible row {} got gradient", i / 3);
@@ -96,7 +67,7 @@ fn no_graded_position_gives_zero_loss_and_zero_gradient() {
     assert_eq!(scalar(out.loss_sum.clone()), 0.0);
     assert_eq!(scalar(out.loss.clone()), 0.0);
     assert_eq!(out.accuracy(), 0.0);
-    let grad = values(
+    let grad = values::<f64, _>(
         z.grad(&out.loss.backward())
             .expect("a zero gradient, not none"),
     );

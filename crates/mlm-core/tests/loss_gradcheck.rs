@@ -3,27 +3,15 @@
 //! The logits are `f64` tensors on flex with autodiff: the fused kernels take `f32` only, so
 //! this checks the composed ops.
 
-use burn::tensor::{DType, Device, Distribution, Int, Tensor, TensorData};
+use burn::tensor::{DType, Distribution, Tensor, TensorData};
 use mlm_core::MaskedCrossEntropyConfig;
 
-fn device() -> Device {
-    Device::flex().autodiff()
-}
+mod common;
+use common::{device, labels, values};
 
 /// An `f64` tensor of `v`, `[6, 9]`.
 fn logits(v: Vec<f64>) -> Tensor<2> {
     Tensor::from_data(TensorData::new(v, [6, 9]), (&device(), DType::F64))
-}
-
-fn labels(values: &[i64]) -> Tensor<1, Int> {
-    Tensor::from_data(TensorData::new(values.to_vec(), [values.len()]), &device())
-}
-
-fn values(t: Tensor<2>) -> Vec<f64> {
-    t.into_data()
-        .convert::<f64>()
-        .try_into_vec::<f64>()
-        .unwrap()
 }
 
 #[test]
@@ -44,8 +32,8 @@ fn gradient_matches_finite_differences() {
         };
         let z0 = z.clone().require_grad();
         let out = loss.forward_labels(z0.clone(), labels(&label)).unwrap();
-        let analytic = values(z0.grad(&out.loss.backward()).unwrap());
-        let base = values(z.clone());
+        let analytic = values::<f64, _>(z0.grad(&out.loss.backward()).unwrap());
+        let base = values::<f64, _>(z.clone());
         let h = 1e-6;
         for i in 0..base.len() {
             let shifted = |delta: f64| {

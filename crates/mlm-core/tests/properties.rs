@@ -7,15 +7,12 @@
 //! masking its spans are disjoint runs of whole words, free of specials, each all `[MASK]`
 //! or none.
 
-use burn::tensor::Device;
 use burn::tensor::{Int, Tensor, TensorData};
 use mlm_core::{IGNORE_INDEX, MaskingConfig, SpanMaskingConfig, masked_cross_entropy_with_labels};
 use proptest::prelude::*;
 
-/// The reference CPU backend with autodiff (flex; Burn 0.22 deprecates ndarray).
-fn device() -> Device {
-    Device::flex().autodiff()
-}
+mod common;
+use common::{device, scalar};
 
 /// A `[rows, vocab]` batch of logits in [-30, 30] with labels, each `-100` or in `[0, vocab)`.
 #[derive(Debug, Clone)]
@@ -77,10 +74,6 @@ impl Case {
             labels: order.iter().map(|&r| self.labels[r]).collect(),
         }
     }
-}
-
-fn scalar(t: Tensor<1>) -> f64 {
-    t.into_scalar::<f64>()
 }
 
 proptest! {

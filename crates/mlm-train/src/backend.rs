@@ -4,7 +4,7 @@ use burn::tensor::Device;
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
-use crate::error::TrainError;
+use crate::error::{ConfigError, TrainError};
 
 /// A compiled-in backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -15,7 +15,7 @@ pub enum BackendKind {
     /// burn-flex on the CPU (cargo feature `flex`, on by default; the default `--backend`):
     /// the gemm crate's matmul, with AVX-512 kernels where the CPU has them. It trains the
     /// tiny BERT 2.3× faster than ndarray on 2 cores, with the fused loss and GELU kernels of
-    /// mlm-core (README, Performance).
+    /// mlm-core (docs/PERFORMANCE.md).
     Flex,
     /// burn-wgpu on the default GPU adapter (cargo feature `wgpu`); on a machine without
     /// a GPU that is Mesa's lavapipe, a CPU implementation of Vulkan.
@@ -148,7 +148,7 @@ impl BackendKind {
     /// dispatches every tensor op to the backend the device names (Burn 0.22).
     ///
     /// # Errors
-    /// [`TrainError::Config`] if the backend is not compiled in, or for cuda if this machine
+    /// [`ConfigError`] if the backend is not compiled in, or for cuda if this machine
     /// has no CUDA driver or device (burn-cuda would panic at the first operation instead).
     pub fn device(self) -> Result<Device, TrainError> {
         Ok(self.plain_device()?.autodiff())
@@ -170,11 +170,11 @@ impl BackendKind {
             #[cfg(feature = "cuda")]
             Self::Cuda => cuda::check_driver().map(|()| opened(self, Device::cuda(0))),
             #[allow(unreachable_patterns)]
-            other => Err(TrainError::Config(format!(
-                "backend {} is not compiled in: rebuild with `--features {}`",
-                other.name(),
-                other.name()
-            ))),
+            other => Err(ConfigError::NotBuilt {
+                what: format!("--backend {}", other.name()),
+                feature: other.name(),
+            }
+            .into()),
         }
     }
 }
@@ -198,23 +198,25 @@ fn opened(kind: BackendKind, device: Device) -> Device {
 
 #[cfg(feature = "cuda")]
 mod cuda {
-    use crate::error::TrainError;
+    use crate::error::{ConfigError, TrainError};
 
     /// Whether the CUDA driver is here and sees a device.
     ///
     /// # Errors
-    /// [`TrainError::Config`] if this machine has no CUDA driver (`libcuda.so`) or no device.
+    /// [`ConfigError`] if this machine has no CUDA driver (`libcuda.so`) or no device.
     pub(super) fn check_driver() -> Result<(), TrainError> {
-        let none = |why: String| TrainError::Config(format!("--backend cuda: {why}"));
+        let none = |why: String| TrainError::Config(ConfigError::value("--backend", "cuda", why));
         // SAFETY: only loads the driver library, if present, and looks it up.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
-            return Err(none("no CUDA driver (libcuda.so) on this machine".into()));
+            return Err(none(
+                "finds no CUDA driver (libcuda.so) on this machine".into(),
+            ));
         }
         let count = cudarc::driver::result::init()
             .and_then(|()| cudarc::driver::result::device::get_count())
-            .map_err(|e| none(format!("the CUDA driver reports {e:?}")))?;
+            .map_err(|e| none(format!("finds a CUDA driver that reports {e:?}")))?;
         if count < 1 {
-            return Err(none("the CUDA driver sees no device".into()));
+            return Err(none("finds a CUDA driver that sees no device".into()));
         }
         Ok(())
     }

@@ -1,4 +1,5 @@
-//! [`TrainError`]: every way the trainer rejects input or fails, naming the file or value.
+//! [`TrainError`]: every way the trainer rejects input or fails, naming the file or value;
+//! [`ConfigError`]: the settings among them, by field and value.
 
 use std::path::PathBuf;
 
@@ -75,7 +76,7 @@ pub enum TrainError {
         exit_status: u8,
     },
     /// A data-parallel run could not sum over its ranks: one is gone, the ranks disagree on
-    /// where they start, or the collective failed ([`crate::distributed`]).
+    /// where they start, or the collective failed ([`crate::train::distributed`]).
     #[error("data-parallel run: {0}")]
     Collective(String),
     /// A training step would need more memory than the machine has.
@@ -93,25 +94,17 @@ pub enum TrainError {
         /// Which settings to lower.
         hint: &'static str,
     },
-    /// A configuration is inconsistent.
+    /// A setting, flag, configuration file or run folder that cannot be used.
     #[error("invalid configuration: {0}")]
-    Config(String),
-    /// A `--time-budget` that is no positive duration.
-    #[error("time budget {text:?}: {reason}")]
-    TimeBudget {
-        /// The text as given.
-        text: String,
-        /// Why it cannot be used.
-        reason: String,
-    },
+    Config(#[from] ConfigError),
     /// A run trained by the clock was asked to resume after its time budget was spent:
     /// it is complete, and nothing was trained or written.
     #[error(
         "{} has already trained {} of its {} time budget: nothing left to train (pass a \
          larger --time-budget to continue it)",
         dir.display(),
-        crate::config::human_duration(*elapsed_seconds),
-        crate::config::human_duration(*budget_seconds)
+        crate::duration::human_duration(*elapsed_seconds),
+        crate::duration::human_duration(*budget_seconds)
     )]
     BudgetSpent {
         /// The run directory.
@@ -241,39 +234,96 @@ pub enum TrainError {
     },
 }
 
-/// Attaches a path to an I/O error.
-pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> TrainError {
-    let path = path.into();
-    move |source| TrainError::Io { path, source }
+/// A setting, flag, configuration file or run folder that cannot be used, by name
+/// ([`TrainError::Config`]).
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum ConfigError {
+    /// A setting whose value cannot be used: `learning_rate = 0 must be a positive number`.
+    #[error("{field} = {value} {reason}")]
+    Value {
+        /// The setting, as `config.json` or the flag names it (`model.` fields without it).
+        field: String,
+        /// Its value, as given.
+        value: String,
+        /// What is wrong with it, as the rest of the sentence.
+        reason: String,
+    },
+    /// A configuration file names a field that the configuration does not have.
+    #[error("{}: unknown field `{field}`", path.display())]
+    UnknownField {
+        /// The file.
+        path: PathBuf,
+        /// The field's dotted name (`model.hidden_size`).
+        field: String,
+    },
+    /// A configuration file gives a field a value of the wrong type, or lacks one.
+    #[error("{}: {field}: {reason}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// The field's dotted name.
+        field: String,
+        /// What serde reported.
+        reason: String,
+    },
+    /// A file or run folder that does not fit the command (a run where a new one is to be
+    /// made, a run already at its last step, a tokenizer of another size).
+    #[error("{} {reason}", path.display())]
+    Path {
+        /// The file or folder.
+        path: PathBuf,
+        /// What is wrong, as the rest of the sentence.
+        reason: String,
+    },
+    /// A backend or a way of running that this build does not have.
+    #[error(
+        "{what}, but this mlm-train was built without the `{feature}` feature: rebuild it with \
+         `cargo build --release -p mlm-train --features {feature}`"
+    )]
+    NotBuilt {
+        /// What was asked for.
+        what: String,
+        /// The cargo feature that builds it.
+        feature: &'static str,
+    },
+    /// A run's world size that is not the number of processes the launcher started.
+    #[error("world_size = {world_size}, but {started} process(es) started: run it {how}")]
+    WorldSize {
+        /// The run's world size.
+        world_size: usize,
+        /// Processes started.
+        started: usize,
+        /// How to start it instead.
+        how: String,
+    },
+    /// A training split with fewer sequences than one batch.
+    #[error("the training split has {sequences} sequences, fewer than one batch of {batch_size}")]
+    TrainingSplitTooSmall {
+        /// Its sequences.
+        sequences: usize,
+        /// `batch_size`.
+        batch_size: usize,
+    },
+    /// A held-out split with no sequence.
+    #[error("the held-out split is empty: the corpus is too small")]
+    EmptyHeldOut,
 }
 
-/// Reads and parses a JSON file, naming it in every error.
-pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
-    path: &std::path::Path,
-) -> Result<T, TrainError> {
-    let text = std::fs::read_to_string(path).map_err(io(path))?;
-    serde_json::from_str(&text).map_err(|source| TrainError::Json {
-        path: path.to_path_buf(),
-        source,
-    })
-}
+impl ConfigError {
+    /// [`ConfigError::Value`] for `field` = `value`.
+    pub fn value(field: &str, value: impl std::fmt::Display, reason: impl Into<String>) -> Self {
+        Self::Value {
+            field: field.into(),
+            value: value.to_string(),
+            reason: reason.into(),
+        }
+    }
 
-/// Writes `value` as pretty JSON atomically (temporary file, then rename).
-pub(crate) fn write_json<T: serde::Serialize>(
-    path: &std::path::Path,
-    value: &T,
-) -> Result<(), TrainError> {
-    let text = serde_json::to_string_pretty(value).map_err(|source| TrainError::Json {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    write_atomic(path, text.as_bytes())
-}
-
-/// Writes `bytes` to `path` through a temporary file in the same directory and a rename,
-/// so a reader sees the old file or the new one, never half of one.
-pub(crate) fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<(), TrainError> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).map_err(io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io(path))
+    /// [`ConfigError::Path`] for `path`.
+    pub fn path(path: &std::path::Path, reason: impl Into<String>) -> Self {
+        Self::Path {
+            path: path.to_path_buf(),
+            reason: reason.into(),
+        }
+    }
 }

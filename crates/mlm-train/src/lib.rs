@@ -9,36 +9,40 @@
 //!   ──masked cross-entropy──▶ loss ──AdamW, warm-up + linear decay, clip 1.0──▶ checkpoints
 //! ```
 //!
-//! [`hf`] reads and writes Hugging Face `BertForMaskedLM` folders (`config.json`,
+//! [`model::hf`] reads and writes Hugging Face `BertForMaskedLM` folders (`config.json`,
 //! `model.safetensors`, tokenizer files), so a run exports to transformers and a
-//! transformers checkpoint imports as a run. [`grammar`] scores a model on minimal pairs
+//! transformers checkpoint imports as a run ([`run::hf`]). [`eval::grammar`] scores a model on minimal pairs
 //! (Zorro, BLiMP) by pseudo-log-likelihood: does it prefer the grammatical sentence?
 
-pub mod backend;
-pub mod bench;
-pub mod checkpoint;
-pub mod config;
-pub mod data;
-pub mod distributed;
-pub mod error;
-pub mod eval;
-pub mod gradients;
-pub mod grammar;
-pub mod hf;
-pub mod memory;
-pub mod model;
-pub mod predict;
-pub mod progress;
-pub mod report;
-pub mod run_dir;
+// The modules, lowest first: each uses only modules declared before it, so that the
+// dependencies point one way (docs/ARCHITECTURE.md; scripts/check-architecture.sh checks
+// it). Blank lines keep rustfmt from sorting across the order.
+
+// The ground: durations and seeds, then errors, then files and the backend by name.
+pub mod duration;
 pub mod seed;
-pub mod stop;
+
+pub mod error;
+
+pub mod backend;
+pub mod files;
+// The pipeline's data, then the model that reads it.
+pub mod data;
+
+pub mod model;
+// A run's settings, then evaluation of a model.
+pub mod config;
+
+pub mod eval;
+// A run on disk, training it, and the command line.
+pub mod run;
+
 pub mod train;
-pub mod trainer;
+
+pub mod cli;
 
 pub use config::TrainConfig;
-pub use error::TrainError;
+pub use error::{ConfigError, TrainError};
 pub use model::{BertConfig, BertForMaskedLm};
-pub use run_dir::RunDir;
-pub use train::{resume, resume_with, train, train_with};
-pub use trainer::Trainer;
+pub use run::RunDir;
+pub use train::{Trainer, resume, resume_with, train, train_with};

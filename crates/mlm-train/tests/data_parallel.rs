@@ -4,7 +4,7 @@
 //! within a bounded time, leaving a resumable run; ranks that disagree on a setting refuse
 //! to start, and a signal to one rank stops them all after the same step, as the end of a
 //! time budget does. Without the feature, a launcher's world is refused.
-//! Rows of README "Scale out".
+//! Rows of docs/SCALE_OUT.md.
 
 mod common;
 
@@ -46,8 +46,9 @@ fn a_build_without_mpi_refuses_a_launchers_world_and_writes_nothing() {
 mod under_mpirun {
     use super::*;
     use common::{flex_device, parameters, resume_command as resume, summary, train_losses};
-    use mlm_train::report::read_metrics;
-    use mlm_train::{RunDir, checkpoint};
+    use mlm_train::RunDir;
+    use mlm_train::run::checkpoint;
+    use mlm_train::run::report::read_metrics;
     use std::path::Path;
     use std::process::{Child, Command, Output, Stdio};
     use std::time::{Duration, Instant};
@@ -216,9 +217,10 @@ mod under_mpirun {
         let s = summary(&two);
         assert_eq!(s.world_size, 2);
         let traffic = s.all_reduce.expect("a two-rank run reports its all-reduce");
-        // Every gradient in f32, and the step's four totals (loss, correct, stop, progress).
+        // Every gradient in f32, and the step's five totals: loss, correct, the ranks that
+        // received SIGINT and SIGTERM, and rank 0's budget progress.
         let parameters = final_weights(&two).len();
-        assert_eq!(traffic.bytes_per_step, 4 * (parameters + 4));
+        assert_eq!(traffic.bytes_per_step, 4 * (parameters + 5));
         // Rank 1 wrote nothing: the only files are rank 0's run and the two config files.
         let mut names: Vec<_> = std::fs::read_dir(tmp.path())
             .unwrap()

@@ -12,8 +12,8 @@ use burn::tensor::Device;
 use common::{micro_config, path_arg, run_to_end, summary, train_command};
 use mlm_core::{PseudoLogLikelihood, SpecialTokenIds, prefers_grammatical};
 use mlm_train::data::{WordPieceTokenizer, read_minimal_pairs};
-use mlm_train::grammar::{MinimalPairsScore, score_minimal_pairs};
-use mlm_train::hf::load_hf;
+use mlm_train::eval::grammar::{MinimalPairsScore, score_minimal_pairs};
+use mlm_train::model::hf::load_hf;
 use mlm_train::{BertForMaskedLm, TrainError};
 use serde::Deserialize;
 

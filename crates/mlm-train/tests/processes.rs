@@ -9,8 +9,8 @@ mod common;
 use common::{
     flex_device, parameters, path_arg, resume_command, run_to_end, steps, summary, train_command,
 };
-use mlm_train::checkpoint;
-use mlm_train::report::{MetricsRow, Summary, read_metrics};
+use mlm_train::run::checkpoint;
+use mlm_train::run::report::{MetricsRow, Summary, read_metrics};
 use mlm_train::{RunDir, TrainConfig};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -198,7 +198,11 @@ fn a_second_signal_aborts_at_once_and_leaves_no_checkpoint_a_resume_would_load()
         stderr += &line.unwrap();
     }
     let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(mlm_train::stop::ABORTED), "{stderr}");
+    assert_eq!(
+        status.code(),
+        Some(mlm_train::train::stop::ABORTED),
+        "{stderr}"
+    );
     assert!(stderr.contains("SIGINT: aborting"), "{stderr}");
     let newest = checkpoint::latest(&run).unwrap();
     resume(&run, &["--max-steps", "60"]);

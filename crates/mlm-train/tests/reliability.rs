@@ -6,10 +6,11 @@ mod common;
 
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use common::{copy_dir, flex_device, micro_config, parameters, path_arg, steps, train_losses};
-use mlm_train::checkpoint;
-use mlm_train::config::{Masking, config_with_overrides};
-use mlm_train::predict::TrainedRun;
-use mlm_train::report::{MetricsRow, read_metrics};
+use mlm_train::config::config_with_overrides;
+use mlm_train::data::Masking;
+use mlm_train::run::TrainedRun;
+use mlm_train::run::checkpoint;
+use mlm_train::run::report::{MetricsRow, read_metrics};
 use mlm_train::{BertConfig, BertForMaskedLm, TrainError};
 use mlm_train::{RunDir, TrainConfig, resume, train};
 use std::path::{Path, PathBuf};
@@ -195,7 +196,10 @@ fn partial_config_files_and_configs_of_older_runs_load() {
     std::fs::write(&file, r#"{"model": {"hiden_size": 256}}"#).unwrap();
     match config_with_overrides(&file, &defaults) {
         Err(TrainError::Config(m)) => {
-            assert!(m.ends_with("unknown field `model.hiden_size`"), "{m}")
+            assert!(
+                m.to_string().ends_with("unknown field `model.hiden_size`"),
+                "{m}"
+            )
         }
         other => panic!("{other:?}"),
     }
@@ -221,7 +225,8 @@ fn partial_config_files_and_configs_of_older_runs_load() {
     std::fs::write(&file, r#"{"masking": "spans"}"#).unwrap();
     match config_with_overrides(&file, &defaults) {
         Err(TrainError::Config(m)) => assert!(
-            m.contains("masking: unknown variant `spans`, expected `token` or `span`"),
+            m.to_string()
+                .contains("masking: unknown variant `spans`, expected `token` or `span`"),
             "{m}"
         ),
         other => panic!("{other:?}"),
@@ -341,7 +346,7 @@ fn broken_checkpoints_and_incompatible_configs_are_typed_errors() {
     );
     assert!(matches!(
         case("vocab", &incompatible(|c| c.model.vocab_size = 301)),
-        TrainError::Config(m) if m.contains("has 300 tokens, but config.json says vocab_size = 301")
+        TrainError::Config(m) if m.to_string().contains("has 300 tokens, but config.json says vocab_size = 301")
     ));
 
     // A run of mlm-train 0.1 (Burn 0.21's `.mpk` records, which Burn 0.22 cannot read) is
@@ -381,7 +386,8 @@ fn broken_checkpoints_and_incompatible_configs_are_typed_errors() {
     let reason = BertConfig::new(300)
         .with_hidden_dropout_prob(1.0)
         .validate()
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(
         reason.contains("is not a dropout probability in [0, 1)"),
         "{reason}"

@@ -7,11 +7,11 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Distribution, Tensor};
 use common::flex_device;
 use mlm_core::{MaskedCrossEntropy, MaskingConfig};
-use mlm_train::data::{MlmBatch, make_shards};
-use mlm_train::gradients::forward_loss;
+use mlm_train::data::{DeviceBatch, make_shards};
+use mlm_train::train::step::forward_loss;
 use mlm_train::{BertConfig, BertForMaskedLm};
 
-fn summed_loss(model: &BertForMaskedLm, batch: MlmBatch) -> (f64, usize) {
+fn summed_loss(model: &BertForMaskedLm, batch: DeviceBatch) -> (f64, usize) {
     let out = forward_loss(model, batch, &MaskedCrossEntropy::default()).unwrap();
     (f64::from(out.loss_sum.into_scalar::<f32>()), out.n_graded)
 }
@@ -229,6 +229,7 @@ fn local_attention_init_reads_the_neighbouring_tokens_from_the_start() {
             .with_sinusoidal_positions(true)
             .validate()
             .unwrap_err()
+            .to_string()
             .contains("choose one")
     );
 }

@@ -4,10 +4,10 @@
 
 mod common;
 use common::{copy_dir, flex_device, tiny_config, train_losses};
-use mlm_train::checkpoint;
 use mlm_train::data::WordPieceTokenizer;
-use mlm_train::predict::TrainedRun;
-use mlm_train::report::{Summary, read_metrics};
+use mlm_train::run::TrainedRun;
+use mlm_train::run::checkpoint;
+use mlm_train::run::report::{Summary, read_metrics};
 use mlm_train::{BertConfig, TrainError};
 use mlm_train::{RunDir, resume, train};
 

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use common::{path_arg, resume_command, run_to_end, steps, summary, train_command};
 use mlm_train::TrainConfig;
-use mlm_train::checkpoint;
-use mlm_train::config::learning_rate_at;
-use mlm_train::report::{MetricsRow, read_metrics};
+use mlm_train::run::checkpoint;
+use mlm_train::run::report::{MetricsRow, read_metrics};
+use mlm_train::train::lr::learning_rate_at;
 
 /// The `mlm-train` binary of this build.
 const BIN: &str = env!("CARGO_BIN_EXE_mlm-train");

@@ -8,7 +8,7 @@ use rand::seq::SliceRandom;
 
 use super::Document;
 use super::tokenizer::WordPieceTokenizer;
-use crate::error::TrainError;
+use crate::error::{ConfigError, TrainError};
 use crate::seed::{Stream, stream_rng};
 
 /// Packs each document's sentences, in order, into `[CLS] … [SEP]` sequences of at most
@@ -16,47 +16,51 @@ use crate::seed::{Stream, stream_rng};
 /// sequence is cut.
 ///
 /// # Errors
-/// [`TrainError::Config`] if `max_seq_len < 3`; tokenizer errors.
+/// [`ConfigError::Value`] if `max_seq_len < 3` ([`check_max_seq_len`]); tokenizer errors.
 pub fn pack(
     documents: &[Document],
     tokenizer: &WordPieceTokenizer,
     max_seq_len: usize,
 ) -> Result<Vec<Vec<u32>>, TrainError> {
-    if max_seq_len < 3 {
-        return Err(TrainError::Config(format!(
-            "max_seq_len = {max_seq_len}: a sequence needs [CLS], a token and [SEP]"
-        )));
-    }
+    check_max_seq_len(max_seq_len)?;
     let room = max_seq_len - 2;
     let mut sequences = Vec::new();
-    let wrap = |body: &[u32]| {
-        let mut sequence = Vec::with_capacity(body.len() + 2);
-        sequence.push(tokenizer.cls_id);
-        sequence.extend_from_slice(body);
-        sequence.push(tokenizer.sep_id);
-        sequence
-    };
     for document in documents {
         let mut body: Vec<u32> = Vec::with_capacity(room);
         for sentence in &document.sentences {
             let ids = tokenizer.encode(sentence)?;
             if !body.is_empty() && body.len() + ids.len() > room {
-                sequences.push(wrap(&body));
+                sequences.push(tokenizer.wrap(&body));
                 body.clear();
             }
             for piece in ids.chunks(room) {
                 if body.len() + piece.len() > room {
-                    sequences.push(wrap(&body));
+                    sequences.push(tokenizer.wrap(&body));
                     body.clear();
                 }
                 body.extend_from_slice(piece);
             }
         }
         if !body.is_empty() {
-            sequences.push(wrap(&body));
+            sequences.push(tokenizer.wrap(&body));
         }
     }
     Ok(sequences)
+}
+
+/// Whether `max_seq_len` leaves room for a token: `[CLS]`, one token and `[SEP]`.
+///
+/// # Errors
+/// [`ConfigError::Value`] for `max_seq_len` < 3.
+pub fn check_max_seq_len(max_seq_len: usize) -> Result<(), ConfigError> {
+    match max_seq_len {
+        3.. => Ok(()),
+        _ => Err(ConfigError::value(
+            "max_seq_len",
+            max_seq_len,
+            "must be at least 3: [CLS], one token and [SEP]",
+        )),
+    }
 }
 
 /// The order of the sequences in epoch `epoch`: a permutation seeded by `(seed, epoch)`,
@@ -67,9 +71,10 @@ pub fn epoch_order(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
     order
 }
 
-/// A masked batch on a device, padded to its longest sequence.
+/// A masked batch on a device, padded to its longest sequence: mlm-core's host-side
+/// [`MaskedBatch`] made tensors (not mlm-core's `learner::MlmBatch`, burn-train's batch).
 #[derive(Debug, Clone)]
-pub struct MlmBatch {
+pub struct DeviceBatch {
     /// Corrupted ids `[batch, seq]`.
     pub input_ids: Tensor<2, Int>,
     /// Segment ids `[batch, seq]` (all 0: one segment).
@@ -92,7 +97,7 @@ pub fn make_batch(
     masker: &mut Masker,
     pad_id: u32,
     device: &Device,
-) -> Result<MlmBatch, TrainError> {
+) -> Result<DeviceBatch, TrainError> {
     let mut batches = make_shards(sequences, masker, pad_id, 1, device)?;
     Ok(batches.pop().expect("one shard"))
 }
@@ -109,7 +114,7 @@ pub fn make_shards(
     pad_id: u32,
     shards: usize,
     device: &Device,
-) -> Result<Vec<MlmBatch>, TrainError> {
+) -> Result<Vec<DeviceBatch>, TrainError> {
     let vocab_size = masker.config().vocab_size;
     mask_shards(sequences, masker, shards)?
         .iter()
@@ -166,7 +171,7 @@ pub fn to_device(
     pad_id: u32,
     vocab_size: usize,
     device: &Device,
-) -> Result<MlmBatch, TrainError> {
+) -> Result<DeviceBatch, TrainError> {
     let batch = masked.input_ids.len();
     let seq = masked.input_ids.iter().map(Vec::len).max().unwrap_or(0);
     let mut ids = vec![i64::from(pad_id); batch * seq];
@@ -185,7 +190,7 @@ pub fn to_device(
         vocab_size,
         device,
     )?;
-    Ok(MlmBatch {
+    Ok(DeviceBatch {
         input_ids: Tensor::from_data(TensorData::new(ids, [batch, seq]), device),
         token_type_ids: Tensor::zeros([batch, seq], device),
         padding_mask: Tensor::from_data(TensorData::new(padding, [batch, seq]), device),

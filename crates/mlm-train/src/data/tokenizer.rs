@@ -18,7 +18,7 @@ use tokenizers::{
 
 use mlm_core::{Masker, MaskingConfig, SpanMaskingConfig};
 
-use crate::config::Masking;
+use super::Masking;
 use crate::error::TrainError;
 
 /// BERT's special tokens, in the order a trained vocabulary assigns their ids (0..5).
@@ -250,6 +250,15 @@ impl WordPieceTokenizer {
                 path: "(encoding)".into(),
                 reason: e.to_string(),
             })
+    }
+
+    /// `body` as one sequence: `[CLS] body [SEP]` (BERT's input, Devlin et al. 2019, §3).
+    pub fn wrap(&self, body: &[u32]) -> Vec<u32> {
+        let mut sequence = Vec::with_capacity(body.len() + 2);
+        sequence.push(self.cls_id);
+        sequence.extend_from_slice(body);
+        sequence.push(self.sep_id);
+        sequence
     }
 
     /// The token string of `id` (`[UNK]` for an unknown id).

@@ -11,7 +11,7 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Device;
 use burn::tensor::Tensor;
 use mlm_train::TrainConfig;
-use mlm_train::report::{MetricsRow, Summary};
+use mlm_train::run::report::{MetricsRow, Summary};
 use mlm_train::{BertConfig, BertForMaskedLm};
 
 /// The tests' training device: burn-flex, the reference CPU backend, with autodiff.

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use burn::config::Config;
+use burn::optim::ModuleOptimizer;
 use burn::tensor::Device;
 use mlm_core::{MaskedCrossEntropy, MaskingConfig};
 use rand::RngExt;
@@ -15,11 +16,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::{Adapter, BackendKind};
 use crate::config::TrainConfig;
-use crate::data::make_shards;
-use crate::error::{TrainError, io, write_json};
-use crate::gradients::{adamw, clip_global_norm, shard_gradients, sum_shards};
+use crate::data::{DeviceBatch, SPECIAL_TOKENS, make_shards};
+use crate::error::{ConfigError, TrainError};
+use crate::files::{io, write_json};
 use crate::model::{BertConfig, BertForMaskedLm};
 use crate::seed::{Stream, stream_rng};
+use crate::train::memory::check_fits;
+use crate::train::optimizer::adamw;
+use crate::train::step::{ShardGradients, clip_global_norm, shard_gradients, sum_shards};
 
 /// What one backend comparison runs: a model, a batch of random tokens and a step count.
 #[derive(Config, Debug)]
@@ -95,13 +99,14 @@ impl BackendBench {
     }
 }
 
-/// Times forward + backward of `config`'s batch on backend `B`.
+/// Times forward + backward of `config`'s batch on backend `kind`, then the full training
+/// step.
 ///
 /// The weights are initialised on the host from the seed and the batch is the same list of
 /// ids on every backend, so the losses differ only by the backends' arithmetic.
 ///
 /// # Errors
-/// [`TrainError::Config`] for an invalid model or masking setting;
+/// [`ConfigError`] for an invalid model or masking setting;
 /// [`TrainError::StepTooLarge`] if a step would need more memory than the machine has (the
 /// trainer's estimate); model errors.
 pub fn bench_backend(
@@ -109,103 +114,13 @@ pub fn bench_backend(
     kind: BackendKind,
     device: &Device,
 ) -> Result<BackendBench, TrainError> {
-    config.model.validate().map_err(TrainError::Config)?;
-    let m = &config.model;
-    if config.seq_len > m.max_position_embeddings
-        || config.timed_steps == 0
-        || m.vocab_size < 6
-        || config.parallel_shards == 0
-    {
-        return Err(TrainError::Config(format!(
-            "need seq_len ({}) <= max_position_embeddings ({}), timed_steps ({}) >= 1, \
-             vocab_size ({}) >= 6 and parallel_shards ({}) >= 1",
-            config.seq_len,
-            m.max_position_embeddings,
-            config.timed_steps,
-            m.vocab_size,
-            config.parallel_shards
-        )));
-    }
-    // The same step as the trainer's, with its defaults for the optimizer and clipping; a
-    // size that cannot fit in memory (the trainer's estimate) is refused before anything is
-    // allocated.
-    let train = TrainConfig::new("".into())
-        .with_model(config.model.clone())
-        .with_vocab_size(m.vocab_size)
-        .with_max_seq_len(config.seq_len)
-        .with_batch_size(config.batch_size)
-        .with_parallel_shards(config.parallel_shards)
-        .with_mlm_probability(config.mlm_probability);
-    crate::memory::check_fits(&train)?;
-    // Ids 0..5 stand for the specials [PAD] [UNK] [CLS] [SEP] [MASK].
-    let (mask_id, specials) = (4, vec![0, 1, 2, 3, 4]);
-    let vocab = config.model.vocab_size as u32;
-    let mut rng = stream_rng(config.seed, Stream::BenchData, 0);
-    let sequences: Vec<Vec<u32>> = (0..config.batch_size)
-        .map(|_| {
-            (0..config.seq_len)
-                .map(|_| rng.random_range(5..vocab))
-                .collect()
-        })
-        .collect();
-    let chunk: Vec<&[u32]> = sequences.iter().map(Vec::as_slice).collect();
-    let mut masker = MaskingConfig::new(config.model.vocab_size, mask_id, specials)
-        .with_mlm_probability(config.mlm_probability)
-        .with_seed(config.seed)
-        .init()?;
-    let shards = make_shards(&chunk, &mut masker, 0, config.parallel_shards, device)?;
-    let n_masked: usize = shards.iter().map(|s| s.targets.len()).sum();
-    let mut model = config.model.init_seeded(config.seed, device);
-    let loss_fn = MaskedCrossEntropy::default();
-
-    let sync = || {
-        device.sync().map_err(|e| TrainError::Backend {
-            backend: kind.name().into(),
-            reason: format!("{e:?}"),
-        })
-    };
-    // Forward + backward of every shard, the trainer's `shard_gradients`: the mean loss.
-    let gradients = |model: &BertForMaskedLm| {
-        let shards = shard_gradients(model, shards.clone(), &loss_fn, n_masked, true)?;
-        // The timer waits for the device anyway: reading the loss adds no stall.
-        let loss_sum = shards
-            .iter()
-            .map(|s| s.totals.clone().slice(0..1))
-            .reduce(|a, b| a + b);
-        let loss_sum = loss_sum.map_or(0.0, |sum| sum.into_scalar::<f64>());
-        Ok::<_, TrainError>((loss_sum / n_masked.max(1) as f64, shards))
-    };
+    let mut setup = BenchSetup::new(config, kind, device)?;
     reset_peak_host_memory();
-    let timed = |step: &mut dyn FnMut() -> Result<f64, TrainError>| {
-        let mut loss = f64::NAN;
-        for _ in 0..config.warmup_steps {
-            loss = step()?;
-        }
-        let mut times = Vec::with_capacity(config.timed_steps);
-        for _ in 0..config.timed_steps {
-            let started = Instant::now();
-            loss = step()?;
-            sync()?;
-            times.push(started.elapsed().as_secs_f64());
-        }
-        times.sort_by(f64::total_cmp);
-        Ok::<_, TrainError>((times[times.len() / 2], loss))
-    };
-    let (median, loss) = timed(&mut || Ok(gradients(&model)?.0))?;
-    let started = Instant::now();
-    for _ in 0..config.timed_steps {
-        gradients(&model)?;
-    }
-    sync()?;
-    let unsynced = started.elapsed().as_secs_f64() / config.timed_steps as f64;
-    let mut optimizer = adamw(&model, train.weight_decay, train.weight_decay_on);
-    let (train_step, _) = timed(&mut || {
-        let (loss, shards) = gradients(&model)?;
-        let mut grads = sum_shards(&model, shards).grads;
-        clip_global_norm(&model, &mut grads, train.max_grad_norm);
-        model = optimizer.step(1e-4, model.clone(), grads);
-        Ok(loss)
-    })?;
+    let (median, loss) = setup.time(Timing::Median, |s| Ok(s.gradients()?.0))?;
+    let (unsynced, _) = setup.time(Timing::BackToBack, |s| Ok(s.gradients()?.0))?;
+    let train = &setup.train;
+    let mut optimizer = adamw(&setup.model, train.weight_decay, train.weight_decay_on);
+    let (train_step, _) = setup.time(Timing::Median, |s| s.train_step(&mut optimizer))?;
     let tokens = (config.batch_size * config.seq_len) as f64;
     Ok(BackendBench {
         backend: kind.name().into(),
@@ -223,11 +138,189 @@ pub fn bench_backend(
     })
 }
 
+/// How [`BenchSetup::time`] times a step.
+#[derive(Clone, Copy)]
+enum Timing {
+    /// `warmup_steps` untimed, then the median of `timed_steps`, each ended by a device sync.
+    Median,
+    /// The mean of `timed_steps` back to back, with one sync at the end.
+    BackToBack,
+}
+
+/// What one backend's timings run on: its model, one batch in shards, and the trainer's
+/// settings for the optimizer and clipping.
+struct BenchSetup<'a> {
+    config: &'a BackendBenchConfig,
+    kind: BackendKind,
+    device: &'a Device,
+    train: TrainConfig,
+    model: BertForMaskedLm,
+    shards: Vec<DeviceBatch>,
+    n_masked: usize,
+    loss_fn: MaskedCrossEntropy,
+}
+
+impl<'a> BenchSetup<'a> {
+    /// The model and batch of `config` on `device`, after checking that they make sense
+    /// and fit in memory (the trainer's estimate).
+    fn new(
+        config: &'a BackendBenchConfig,
+        kind: BackendKind,
+        device: &'a Device,
+    ) -> Result<Self, TrainError> {
+        let m = &config.model;
+        m.validate()?;
+        for (field, value, ok, reason) in [
+            (
+                "seq_len",
+                config.seq_len,
+                config.seq_len <= m.max_position_embeddings,
+                format!(
+                    "must be at most max_position_embeddings = {}",
+                    m.max_position_embeddings
+                ),
+            ),
+            (
+                "timed_steps",
+                config.timed_steps,
+                config.timed_steps >= 1,
+                "must be at least 1".into(),
+            ),
+            (
+                "vocab_size",
+                m.vocab_size,
+                m.vocab_size > SPECIAL_TOKENS.len(),
+                format!(
+                    "leaves no room beside the {} special tokens",
+                    SPECIAL_TOKENS.len()
+                ),
+            ),
+            (
+                "parallel_shards",
+                config.parallel_shards,
+                config.parallel_shards >= 1,
+                "must be at least 1".into(),
+            ),
+        ] {
+            if !ok {
+                return Err(ConfigError::value(field, value, reason).into());
+            }
+        }
+        // The same step as the trainer's, with its defaults for the optimizer and clipping.
+        let train = TrainConfig::new("".into())
+            .with_model(m.clone())
+            .with_vocab_size(m.vocab_size)
+            .with_max_seq_len(config.seq_len)
+            .with_batch_size(config.batch_size)
+            .with_parallel_shards(config.parallel_shards)
+            .with_mlm_probability(config.mlm_probability);
+        check_fits(&train)?;
+        let shards = random_shards(config, device)?;
+        Ok(Self {
+            n_masked: shards.iter().map(|s| s.targets.len()).sum(),
+            shards,
+            model: m.init_seeded(config.seed, device),
+            loss_fn: MaskedCrossEntropy::default(),
+            train,
+            config,
+            kind,
+            device,
+        })
+    }
+
+    /// Seconds per call of `step` as `timing` says, and the loss of the last call.
+    fn time(
+        &mut self,
+        timing: Timing,
+        mut step: impl FnMut(&mut Self) -> Result<f64, TrainError>,
+    ) -> Result<(f64, f64), TrainError> {
+        let (timed_steps, mut loss) = (self.config.timed_steps, f64::NAN);
+        if let Timing::BackToBack = timing {
+            let started = Instant::now();
+            for _ in 0..timed_steps {
+                loss = step(self)?;
+            }
+            self.sync()?;
+            return Ok((started.elapsed().as_secs_f64() / timed_steps as f64, loss));
+        }
+        for _ in 0..self.config.warmup_steps {
+            loss = step(self)?;
+        }
+        let mut times = Vec::with_capacity(timed_steps);
+        for _ in 0..timed_steps {
+            let started = Instant::now();
+            loss = step(self)?;
+            self.sync()?;
+            times.push(started.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        Ok((times[times.len() / 2], loss))
+    }
+
+    /// Waits for the device's queued work.
+    fn sync(&self) -> Result<(), TrainError> {
+        self.device.sync().map_err(|e| TrainError::Backend {
+            backend: self.kind.name().into(),
+            reason: format!("{e:?}"),
+        })
+    }
+
+    /// Forward + backward of every shard, the trainer's `shard_gradients`: the mean loss
+    /// (the timer waits for the device anyway: reading it adds no stall) and the shards.
+    fn gradients(&self) -> Result<(f64, Vec<ShardGradients>), TrainError> {
+        let shards = self.shards.clone();
+        let shards = shard_gradients(&self.model, shards, &self.loss_fn, self.n_masked, true)?;
+        let loss_sum = shards
+            .iter()
+            .map(|s| s.totals.clone().slice(0..1))
+            .reduce(|a, b| a + b);
+        let loss_sum = loss_sum.map_or(0.0, |sum| sum.into_scalar::<f64>());
+        Ok((loss_sum / self.n_masked.max(1) as f64, shards))
+    }
+
+    /// One full training step: gradients, their sum over shards, clipping, AdamW.
+    fn train_step(&mut self, optimizer: &mut ModuleOptimizer) -> Result<f64, TrainError> {
+        let (loss, shards) = self.gradients()?;
+        let mut grads = sum_shards(&self.model, shards).grads;
+        clip_global_norm(&self.model, &mut grads, self.train.max_grad_norm);
+        self.model = optimizer.step(1e-4, self.model.clone(), grads);
+        Ok(loss)
+    }
+}
+
+/// `config`'s batch: random non-special tokens, masked, in `parallel_shards` shards on
+/// `device`. Ids below [`SPECIAL_TOKENS`]`.len()` are the specials, never drawn.
+fn random_shards(
+    config: &BackendBenchConfig,
+    device: &Device,
+) -> Result<Vec<DeviceBatch>, TrainError> {
+    let specials: Vec<u32> = (0..SPECIAL_TOKENS.len() as u32).collect();
+    let mask_id = SPECIAL_TOKENS
+        .iter()
+        .position(|t| *t == "[MASK]")
+        .expect("[MASK]") as u32;
+    let vocab = config.model.vocab_size as u32;
+    let mut rng = stream_rng(config.seed, Stream::BenchData, 0);
+    let sequences: Vec<Vec<u32>> = (0..config.batch_size)
+        .map(|_| {
+            (0..config.seq_len)
+                .map(|_| rng.random_range(specials.len() as u32..vocab))
+                .collect()
+        })
+        .collect();
+    let chunk: Vec<&[u32]> = sequences.iter().map(Vec::as_slice).collect();
+    let mut masker = MaskingConfig::new(config.model.vocab_size, mask_id, specials)
+        .with_mlm_probability(config.mlm_probability)
+        .with_seed(config.seed)
+        .init()?;
+    make_shards(&chunk, &mut masker, 0, config.parallel_shards, device)
+}
+
 /// Runs [`bench_backend`] on each of `kinds` in turn (one process: the peak host memory is
 /// reset between backends), then fills in each row's loss difference from ndarray's.
 ///
 /// # Errors
-/// [`TrainError::Config`] for a backend not compiled in, and [`bench_backend`]'s errors.
+/// [`ConfigError::NotBuilt`] for a backend not compiled in, and [`bench_backend`]'s errors.
 pub fn compare_backends(
     config: &BackendBenchConfig,
     kinds: &[BackendKind],

@@ -6,7 +6,7 @@
 //! The launcher (`mpirun -np N`, or Slurm's `srun`) starts the processes; each learns its
 //! `rank` and the `world_size` from MPI (torchrun's words). Rank 0 alone writes the run.
 //!
-//! Two facts shape this module (README, "Scale out"):
+//! Two facts shape this module (docs/SCALE_OUT.md):
 //! - parameter ids are drawn at random in each process, so gradients are matched by their
 //!   place in the module, never by id: they are flattened in module order, and the whole
 //!   step (every gradient, the loss sum, the correct count, the stop requests and rank 0's
@@ -25,8 +25,8 @@ use std::time::Duration;
 #[cfg(feature = "mpi")]
 pub use engine::MpiSum;
 
-use crate::error::TrainError;
-use crate::trainer::Rank;
+use crate::error::{ConfigError, TrainError};
+use crate::train::sync::Rank;
 
 /// Exit status of a rank whose collective call outlived [`ProcessGroup::timeout`]: the
 /// convention of `timeout(1)`.
@@ -63,15 +63,15 @@ pub fn launcher_world_size(var: impl Fn(&str) -> Option<String>) -> Option<usize
 /// world: `false` for none or a world of 1.
 ///
 /// # Errors
-/// [`TrainError::Config`] for a world of 2 or more in a build without MPI (`mpi_built`
+/// [`ConfigError`] for a world of 2 or more in a build without MPI (`mpi_built`
 /// false), naming the feature to build with.
 pub fn joins_world(announced: Option<usize>, mpi_built: bool) -> Result<bool, TrainError> {
     match announced {
-        Some(size) if size >= 2 && !mpi_built => Err(TrainError::Config(format!(
-            "started by an MPI launcher as one of {size} processes, but this mlm-train was \
-             built without the `mpi` feature: build it with `cargo build --release -p \
-             mlm-train --features mpi`"
-        ))),
+        Some(size) if size >= 2 && !mpi_built => Err(ConfigError::NotBuilt {
+            what: format!("started by an MPI launcher as one of {size} processes"),
+            feature: "mpi",
+        }
+        .into()),
         Some(size) => Ok(size >= 2),
         None => Ok(false),
     }
@@ -82,7 +82,7 @@ impl ProcessGroup {
     /// run of 2 or more processes; `None` for a process of its own (or a world of 1).
     ///
     /// # Errors
-    /// [`TrainError::Config`] for a zero `timeout`, and, in a build without the `mpi`
+    /// [`ConfigError`] for a zero `timeout`, and, in a build without the `mpi`
     /// feature, for a launcher's world of 2 or more ([`joins_world`]).
     pub fn from_launcher(timeout: Duration) -> Result<Option<Self>, TrainError> {
         let announced = launcher_world_size(|name| std::env::var(name).ok());
@@ -90,9 +90,12 @@ impl ProcessGroup {
             return Ok(None);
         }
         if timeout.is_zero() {
-            return Err(TrainError::Config(
-                "the collective timeout must be at least 1 s".into(),
-            ));
+            return Err(ConfigError::value(
+                "--collective-timeout",
+                timeout.as_secs_f64(),
+                "must be at least 1 s",
+            )
+            .into());
         }
         Self::init(timeout)
     }
@@ -122,15 +125,17 @@ impl ProcessGroup {
     /// refuses a launcher's world), so there is nothing to join.
     ///
     /// # Errors
-    /// Always [`TrainError::Config`].
+    /// Always [`ConfigError`].
     #[cfg(not(feature = "mpi"))]
     pub fn join(
         &self,
         _facts: &[(&str, f64)],
-    ) -> Result<Box<dyn crate::trainer::GradientSync>, TrainError> {
-        Err(TrainError::Config(
-            "this mlm-train was built without the `mpi` feature".into(),
-        ))
+    ) -> Result<Box<dyn crate::train::sync::GradientSync>, TrainError> {
+        Err(ConfigError::NotBuilt {
+            what: "a data-parallel run".into(),
+            feature: "mpi",
+        }
+        .into())
     }
 
     /// This process's place in the run.
@@ -195,10 +200,13 @@ mod tests {
         }
         assert!(joins_world(Some(2), true).unwrap());
         match joins_world(Some(2), false) {
-            Err(TrainError::Config(message)) => assert!(
-                message.contains("one of 2 processes") && message.contains("--features mpi"),
-                "{message}"
-            ),
+            Err(TrainError::Config(e @ ConfigError::NotBuilt { .. })) => {
+                let message = e.to_string();
+                assert!(
+                    message.contains("one of 2 processes") && message.contains("--features mpi"),
+                    "{message}"
+                )
+            }
             other => panic!("{other:?}"),
         }
     }

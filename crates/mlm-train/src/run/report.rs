@@ -7,10 +7,11 @@ use std::path::{Path, PathBuf};
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::config::Masking;
-use crate::error::{TrainError, io, read_json, write_atomic, write_json};
-use crate::grammar::MinimalPairsScore;
-use crate::run_dir::RunDir;
+use crate::data::Masking;
+use crate::error::TrainError;
+use crate::eval::grammar::MinimalPairsScore;
+use crate::files::{io, read_json, write_atomic, write_json};
+use crate::run::dir::RunDir;
 
 /// One row of `metrics.csv`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -146,6 +147,14 @@ pub fn read_metrics(path: &Path) -> Result<Vec<MetricsRow>, TrainError> {
     Ok(rows)
 }
 
+/// The finite losses of one split (`train` or `valid`) as (step, loss) points.
+fn loss_series(rows: &[MetricsRow], split: &str) -> Vec<(f64, f64)> {
+    rows.iter()
+        .filter(|r| r.split == split && r.loss.is_finite())
+        .map(|r| (r.step as f64, r.loss))
+        .collect()
+}
+
 /// Draws training and validation loss against step, with the unigram baseline, as a PNG.
 ///
 /// # Errors
@@ -160,17 +169,12 @@ pub fn plot_loss_curve(
         reason: e.to_string(),
     };
     // A bundled font: no system font library is needed to label the axes.
-    static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+    static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
     let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
 
-    let series = |split: &str| -> Vec<(f64, f64)> {
-        rows.iter()
-            .filter(|r| r.split == split && r.loss.is_finite())
-            .map(|r| (r.step as f64, r.loss))
-            .collect()
-    };
-    let (train, valid) = (series("train"), series("valid"));
+    let (train, valid) = (loss_series(rows, "train"), loss_series(rows, "valid"));
     let max_step = rows.iter().map(|r| r.step).max().unwrap_or(1).max(1) as f64;
+    // The y axis reaches 5 % above the highest loss or the baseline.
     let max_loss = train
         .iter()
         .chain(&valid)

@@ -15,7 +15,8 @@ use mlm_core::{MlmError, PseudoLogLikelihood, SpecialTokenIds, prefers_grammatic
 use serde::{Deserialize, Serialize};
 
 use crate::data::{Paradigm, Sentence, WordPieceTokenizer};
-use crate::error::{TrainError, write_json};
+use crate::error::TrainError;
+use crate::files::write_json;
 use crate::model::BertForMaskedLm;
 
 /// One paradigm's result.
@@ -50,6 +51,26 @@ pub struct MinimalPairsScore {
     pub paradigms: Vec<ParadigmScore>,
     /// Wall time of the scoring, seconds (tokenizing included).
     pub seconds: f64,
+}
+
+impl ParadigmScore {
+    /// The verdicts on a paradigm's pairs from their sentences' pseudo-log-likelihoods,
+    /// `[good, bad]` for each pair in turn.
+    fn of(name: &str, plls: &[f64]) -> Self {
+        let (mut correct, mut ties) = (0, 0);
+        for pll in plls.chunks_exact(2) {
+            correct += usize::from(prefers_grammatical(pll[0], pll[1]));
+            ties += usize::from(pll[0] == pll[1]);
+        }
+        let pairs = plls.len() / 2;
+        Self {
+            name: name.into(),
+            pairs,
+            correct,
+            ties,
+            accuracy: correct as f64 / pairs as f64,
+        }
+    }
 }
 
 impl MinimalPairsScore {
@@ -126,13 +147,7 @@ pub fn score_minimal_pairs(
             }
         }
     }
-    let scorer = PseudoLogLikelihood::new(SpecialTokenIds {
-        cls_id: tokenizer.cls_id,
-        sep_id: tokenizer.sep_id,
-        mask_id: tokenizer.mask_id,
-        pad_id: tokenizer.pad_id,
-    });
-    let plls = scorer
+    let plls = PseudoLogLikelihood::new(special_ids(tokenizer))
         .score(model, &sentences, device)
         .map_err(|error| match error {
             MlmError::InvalidSentence { index, reason } => TrainError::MinimalPairs {
@@ -142,23 +157,13 @@ pub fn score_minimal_pairs(
             },
             other => other.into(),
         })?;
-    let mut pairs = plls.chunks_exact(2);
+    let mut offset = 0;
     let paradigms: Vec<ParadigmScore> = paradigms
         .iter()
         .map(|paradigm| {
-            let n = taken(paradigm);
-            let (mut correct, mut ties) = (0, 0);
-            for pll in pairs.by_ref().take(n) {
-                correct += usize::from(prefers_grammatical(pll[0], pll[1]));
-                ties += usize::from(pll[0] == pll[1]);
-            }
-            ParadigmScore {
-                name: paradigm.name.clone(),
-                pairs: n,
-                correct,
-                ties,
-                accuracy: correct as f64 / n as f64,
-            }
+            let scores = &plls[offset..offset + 2 * taken(paradigm)];
+            offset += scores.len();
+            ParadigmScore::of(&paradigm.name, scores)
         })
         .collect();
     Ok(MinimalPairsScore {
@@ -169,6 +174,16 @@ pub fn score_minimal_pairs(
         paradigms,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// The tokenizer's special ids, as the scorer takes them.
+fn special_ids(tokenizer: &WordPieceTokenizer) -> SpecialTokenIds {
+    SpecialTokenIds {
+        cls_id: tokenizer.cls_id,
+        sep_id: tokenizer.sep_id,
+        mask_id: tokenizer.mask_id,
+        pad_id: tokenizer.pad_id,
+    }
 }
 
 /// The ids of `sentence`, refused where a word becomes `[UNK]` (the scorer checks the length).

@@ -14,8 +14,8 @@ use super::ProcessGroup;
 use super::watchdog::Watchdog;
 use crate::error::TrainError;
 use crate::model::BertForMaskedLm;
-use crate::report::Traffic;
-use crate::trainer::{GradientSync, StepSums};
+use crate::run::report::Traffic;
+use crate::train::sync::{GradientSync, SharedScalars, StepSums};
 
 impl ProcessGroup {
     /// The gradient sum of [`Trainer::with_ranks`] for this run, once every rank has
@@ -27,7 +27,7 @@ impl ProcessGroup {
     /// [`timeout`](Self::timeout) for the others exits with
     /// [`TIMED_OUT`](super::TIMED_OUT).
     ///
-    /// [`Trainer::with_ranks`]: crate::trainer::Trainer::with_ranks
+    /// [`Trainer::with_ranks`]: crate::train::trainer::Trainer::with_ranks
     pub fn join(&self, facts: &[(&str, f64)]) -> Result<Box<dyn GradientSync>, TrainError> {
         let sum = MpiSum {
             world: self.universe.world(),
@@ -122,7 +122,7 @@ impl GradientSync for MpiSum {
             .into_data()
             .try_to_vec::<f32>()
             .expect("f32 gradients");
-        local.extend(shared.map(|value| value as f32));
+        local.extend(shared.to_array().map(|value| value as f32));
         let started = Instant::now();
         let summed = self.reduce(&local, SystemOperation::sum(), "the gradient all-reduce");
         (self.seconds, self.calls) = (
@@ -130,7 +130,7 @@ impl GradientSync for MpiSum {
             self.calls + 1,
         );
         self.bytes = local.len() * size_of::<f32>();
-        let n_grads = summed.len() - n_totals - 2;
+        let n_grads = summed.len() - n_totals - SharedScalars::LEN;
         let mut split = Unflatten {
             flat: upload(&summed[..n_grads], &device),
             offset: 0,
@@ -140,7 +140,9 @@ impl GradientSync for MpiSum {
         Ok(StepSums {
             grads: split.grads,
             totals: upload(&summed[n_grads..n_grads + n_totals], &device),
-            shared: [0, 1].map(|i| f64::from(summed[n_grads + n_totals + i])),
+            shared: SharedScalars::from_array(std::array::from_fn(|i| {
+                f64::from(summed[n_grads + n_totals + i])
+            })),
         })
     }
 }

@@ -16,67 +16,24 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::optim::{GradientsParams, ModuleOptimizer};
+use burn::optim::ModuleOptimizer;
 use burn::tensor::Device;
 use burn::tensor::Tensor;
 use mlm_core::{MaskedBatch, MaskedCrossEntropy, Masker};
 
-use crate::checkpoint::{self, RunState};
-use crate::config::{TrainConfig, learning_rate, learning_rate_at};
+use super::lr::{learning_rate, learning_rate_at};
+use super::optimizer::adamw;
+use super::step::{ShardGradients, clip_global_norm, shard_gradients, sum_shards};
+use super::stop::{self, StopSignal};
+use super::sync::{GradientSync, Rank, SharedScalars, StepSums, StepTotals};
+use crate::config::TrainConfig;
 use crate::data::{WordPieceTokenizer, mask_shards, to_device};
 use crate::error::TrainError;
 use crate::eval::{EvalMetrics, evaluate};
-use crate::gradients::{ShardGradients, adamw, clip_global_norm, shard_gradients, sum_shards};
 use crate::model::BertForMaskedLm;
-use crate::report::{MetricsRow, SegmentSummary, Summary, Traffic};
+use crate::run::checkpoint::{self, RunState};
+use crate::run::report::{MetricsRow, SegmentSummary, Summary, Traffic};
 use crate::seed::{Stream, derive_seed};
-use crate::stop::StopSignal;
-
-/// What a rank computed in one step, or their sum over all ranks.
-pub struct StepSums {
-    /// The gradients of the model's parameters.
-    pub grads: GradientsParams,
-    /// `[loss sum (nats), correct predictions]`, kept on the device.
-    pub totals: Tensor<1>,
-    /// `[stop requests, progress]` on the host, where only rank 0 gives its progress through
-    /// the time budget (elapsed ÷ budget; 0 for a run by step count) and the others 0.
-    pub shared: [f64; 2],
-}
-
-/// Sums what every rank computed in one step ([`StepSums`]). The identity for a single
-/// process; across processes, [`crate::distributed`].
-pub trait GradientSync {
-    /// The sums over all ranks of this rank's `sums` (`grads` for the parameters of
-    /// `model`); the `shared` values come back to the host, since every rank acts on them.
-    ///
-    /// # Errors
-    /// [`TrainError::Collective`] if a rank is gone or the reduction fails.
-    fn all_reduce(
-        &mut self,
-        model: &BertForMaskedLm,
-        sums: StepSums,
-    ) -> Result<StepSums, TrainError>;
-
-    /// What the sums cost so far.
-    fn traffic(&self) -> Traffic;
-}
-
-/// This process's place in a data-parallel run (torchrun's names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rank {
-    /// This process, `0..world_size`; rank 0 writes the run.
-    pub rank: usize,
-    /// Number of processes.
-    pub world_size: usize,
-}
-
-impl Rank {
-    /// A run of one process.
-    pub const SINGLE: Rank = Rank {
-        rank: 0,
-        world_size: 1,
-    };
-}
 
 /// What one optimizer step did, over every rank, as the host knows it at once; the step's
 /// loss, accuracy and gradient norm stay on the device until [`Trainer::take_metrics`].
@@ -129,8 +86,8 @@ pub struct StepMetrics {
     pub grad_norm: f64,
 }
 
-/// A step whose metrics are still on the device: `[loss sum, correct predictions, gradient
-/// norm]` over its `n_masked` masked tokens.
+/// A step whose metrics are still on the device ([`StepTotals::device`]) over its `n_masked`
+/// masked tokens.
 struct PendingStep {
     out: StepOutput,
     n_masked: usize,
@@ -252,59 +209,84 @@ impl Trainer {
         self.device
             .seed(derive_seed(self.config.seed, Stream::Dropout, step as u64));
         let (shards, n_masked, n_tokens) = self.my_shards(micro_batches)?;
+        let sums = self.local_sums(shards, n_masked)?;
+        let StepSums {
+            mut grads,
+            totals,
+            shared,
+        } = match self.sync.as_mut() {
+            Some(sync) => sync.all_reduce(&self.model, sums)?,
+            None => sums,
+        };
+        let grad_norm = clip_global_norm(&self.model, &mut grads, self.config.max_grad_norm);
+        let (lr, budget_spent) = self.schedule(step, shared.budget_progress);
+        self.model = self.optimizer.step(lr, self.model.clone(), grads);
+        // Across ranks only the summed request is common ground; alone, a signal that came
+        // during the step stops after it.
+        let stop_requested = shared
+            .stop_request()
+            .or_else(|| stop::requested().filter(|_| self.sync.is_none()));
+        let out = self.advance(step, n_tokens, lr, budget_spent, stop_requested);
+        self.pending.push(PendingStep {
+            out,
+            n_masked,
+            values: StepTotals::device(totals, grad_norm),
+        });
+        Ok(out)
+    }
+
+    /// This rank's share of a step: its shards' gradients and totals on the device, with the
+    /// stop request as it stood when the step began and (on rank 0 of a run by the clock)
+    /// the share of the time budget spent once the gradients are computed.
+    fn local_sums(
+        &self,
+        shards: Vec<MaskedBatch>,
+        n_masked: usize,
+    ) -> Result<StepSums, TrainError> {
+        let request = stop::requested();
         let vocab_size = self.config.model.vocab_size;
         let shards = shards
             .iter()
             .map(|shard| to_device(shard, self.pad_id, vocab_size, &self.device))
             .collect::<Result<_, _>>()?;
-        // The stop request as it stood when the step began.
-        let mut shared = [StopSignal::code(crate::stop::requested()), 0.0];
-        let parallel = self.config.model.hidden_dropout_prob == 0.0
-            && self.config.model.attention_probs_dropout_prob == 0.0;
+        let model = &self.config.model;
+        let parallel =
+            model.hidden_dropout_prob == 0.0 && model.attention_probs_dropout_prob == 0.0;
         let shards = shard_gradients(&self.model, shards, &self.loss_fn, n_masked, parallel)?;
         let ShardGradients { grads, totals } = sum_shards(&self.model, shards);
-        if let (0, Some(budget)) = (self.rank.rank, self.config.time_budget_seconds) {
-            let clock = self.segment.elapsed_before + self.segment.started.elapsed().as_secs_f64();
-            shared[1] = clock / budget;
-        }
-        let mut sums = StepSums {
+        let budget_progress = match (self.rank.rank, self.config.time_budget_seconds) {
+            (0, Some(budget)) => self.segment.clock() / budget,
+            _ => 0.0,
+        };
+        Ok(StepSums {
             grads,
             totals,
-            shared,
-        };
-        if let Some(sync) = self.sync.as_mut() {
-            sums = sync.all_reduce(&self.model, sums)?;
-        }
-        let StepSums {
-            mut grads,
-            totals,
-            shared,
-        } = sums;
-        let grad_norm = clip_global_norm(&self.model, &mut grads, self.config.max_grad_norm);
-        let (lr, budget_spent) = self.schedule(step, shared[1]);
-        self.model = self.optimizer.step(lr, self.model.clone(), grads);
+            shared: SharedScalars::of_rank(request, budget_progress),
+        })
+    }
+
+    /// The run's state after `step`, which saw `n_tokens` tokens at learning rate `lr`.
+    fn advance(
+        &mut self,
+        step: usize,
+        n_tokens: usize,
+        lr: f64,
+        budget_spent: bool,
+        stop_requested: Option<StopSignal>,
+    ) -> StepOutput {
         self.state.step = step;
         self.state.tokens_seen += n_tokens as u64;
         let session = self.segment.started.elapsed().as_secs_f64();
         self.state.elapsed_seconds = self.segment.elapsed_before + session;
-        let out = StepOutput {
+        StepOutput {
             step,
             learning_rate: lr,
             budget_spent,
             tokens_per_second: (self.state.tokens_seen - self.segment.tokens_before) as f64
                 / session,
             elapsed_seconds: self.state.elapsed_seconds,
-            // Across ranks only the summed request is common ground; alone, a signal that
-            // came during the step stops after it.
-            stop_requested: StopSignal::from_sum(shared[0])
-                .or_else(|| crate::stop::requested().filter(|_| self.sync.is_none())),
-        };
-        self.pending.push(PendingStep {
-            out,
-            n_masked,
-            values: Tensor::cat(vec![totals, grad_norm], 0),
-        });
-        Ok(out)
+            stop_requested,
+        }
     }
 
     /// The loss, accuracy and gradient norm of every step since the last call, read back
@@ -332,9 +314,10 @@ impl Trainer {
             .try_into_vec::<f64>()
             .expect("float metrics convert to f64");
         let mut metrics = Vec::with_capacity(self.pending.len());
-        for (pending, values) in self.pending.iter().zip(values.chunks(3)) {
+        for (pending, values) in self.pending.iter().zip(values.chunks(StepTotals::LEN)) {
+            let totals = StepTotals::from_values(values);
             let n_masked = pending.n_masked.max(1) as f64;
-            let (loss, grad_norm) = (values[0] / n_masked, values[2]);
+            let (loss, grad_norm) = (totals.loss_sum / n_masked, totals.grad_norm);
             for (quantity, value) in [("loss", loss), ("gradient norm", grad_norm)] {
                 if !value.is_finite() {
                     return Err(TrainError::NonFinite {
@@ -347,7 +330,7 @@ impl Trainer {
             metrics.push(StepMetrics {
                 out: pending.out,
                 loss,
-                accuracy: values[1] / n_masked,
+                accuracy: totals.correct / n_masked,
                 grad_norm,
             });
         }
@@ -481,6 +464,11 @@ impl Trainer {
 }
 
 impl Segment {
+    /// The run's training time by this session's clock, seconds.
+    fn clock(&self) -> f64 {
+        self.elapsed_before + self.started.elapsed().as_secs_f64()
+    }
+
     /// A session that starts from `state`, now.
     fn at(state: &RunState) -> Self {
         Self {

@@ -4,10 +4,9 @@
 use burn::tensor::Device;
 use mlm_core::{IGNORE_INDEX, MaskedCrossEntropy};
 
-use crate::config::{Masking, TrainConfig};
-use crate::data::{WordPieceTokenizer, make_batch};
+use crate::config::TrainConfig;
+use crate::data::{Masking, WordPieceTokenizer, make_batch};
 use crate::error::TrainError;
-use crate::gradients::masked_logits;
 use crate::model::BertForMaskedLm;
 use crate::seed::{Stream, derive_seed};
 
@@ -86,7 +85,7 @@ pub fn evaluate(
             .clone()
             .bool_not()
             .bool_and(unchanged.clone().bool_not());
-        let logits = masked_logits(model, batch)?;
+        let logits = model.forward_batch(batch)?;
         // The loss with every other kind's labels set to the ignore index.
         for (sum, selected) in by_input.iter_mut().zip([at_mask, random, unchanged]) {
             let labels = targets.clone().mask_fill(selected.bool_not(), IGNORE_INDEX);

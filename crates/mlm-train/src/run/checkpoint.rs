@@ -14,7 +14,8 @@ use burn::store::ModuleRecord;
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{TrainError, io, read_json, write_json};
+use crate::error::TrainError;
+use crate::files::{io, read_json, write_json};
 use crate::model::{BertConfig, BertForMaskedLm};
 
 /// How many complete checkpoints to keep (older ones are deleted).

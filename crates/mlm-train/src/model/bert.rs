@@ -20,6 +20,8 @@ use mlm_core::{
     multi_head_attention,
 };
 
+use crate::data::DeviceBatch;
+use crate::error::ConfigError;
 use crate::seed::{Stream, stream_rng};
 use rand::rngs::StdRng;
 
@@ -63,7 +65,7 @@ pub struct BertConfig {
     /// still trained, and the model is still a Hugging Face BERT; but attention to a
     /// neighbouring position is a fixed rotation of sinusoids rather than something to learn
     /// from random rows. It lowered the tiny model's held-out loss by 0.08 nats after 400
-    /// steps (README, "What the main job learns").
+    /// steps (docs/USAGE.md, "What the main job learns").
     #[config(default = false)]
     pub sinusoidal_positions: bool,
     /// Start the first encoder layer as a reader of the neighbouring tokens, so that a masked
@@ -82,18 +84,19 @@ pub struct BertConfig {
     /// initial values differ. After 400 steps of the tiny model the held-out loss at `[MASK]`
     /// inputs was 5.52 nats with it and 6.58 (the unigram level: no context used) without;
     /// the main job (then 1 200 steps) ended 2.06 nats below the unigram baseline with it and
-    /// 0.69 without (README, "What the main job learns"). It sets its own position table, so
+    /// 0.69 without (docs/USAGE.md, "What the main job learns"). It sets its own position table, so
     /// it cannot be combined with `sinusoidal_positions`.
     #[config(default = false)]
     pub local_attention_init: bool,
 }
 
 impl BertConfig {
-    /// Checks that the sizes make a model.
+    /// Checks that the sizes make a model: a table of predicates, one per field, the first
+    /// that fails reported.
     ///
     /// # Errors
-    /// A message naming the inconsistent sizes.
-    pub fn validate(&self) -> Result<(), String> {
+    /// [`ConfigError::Value`] naming the field and its value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         let positive = [
             ("vocab_size", self.vocab_size),
             ("hidden_size", self.hidden_size),
@@ -102,39 +105,53 @@ impl BertConfig {
             ("intermediate_size", self.intermediate_size),
             ("max_position_embeddings", self.max_position_embeddings),
             ("type_vocab_size", self.type_vocab_size),
-        ];
-        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
-            return Err(format!("{name} must be positive"));
-        }
-        for (name, p) in [
+        ]
+        .map(|(field, value)| {
+            (
+                field,
+                value.to_string(),
+                value > 0,
+                "must be positive".into(),
+            )
+        });
+        // p = 1 drops every activation: the scaled survivors are 0 / 0 = NaN.
+        let dropout = [
             ("hidden_dropout_prob", self.hidden_dropout_prob),
             (
                 "attention_probs_dropout_prob",
                 self.attention_probs_dropout_prob,
             ),
-        ] {
-            // p = 1 drops every activation: the scaled survivors are 0 / 0 = NaN.
-            if !(0.0..1.0).contains(&p) {
-                return Err(format!(
-                    "{name} = {p} is not a dropout probability in [0, 1)"
-                ));
-            }
-        }
-        if self.sinusoidal_positions && self.local_attention_init {
-            return Err(
-                "sinusoidal_positions and local_attention_init both set the initial \
-                        position table: choose one (--local-attention-init false turns \
-                        the second off)"
+        ]
+        .map(|(field, p)| {
+            let reason = "is not a dropout probability in [0, 1)".into();
+            (field, p.to_string(), (0.0..1.0).contains(&p), reason)
+        });
+        let heads = self.num_attention_heads.max(1);
+        let rules: [(&str, String, bool, String); 2] = [
+            (
+                "sinusoidal_positions",
+                self.sinusoidal_positions.to_string(),
+                !(self.sinusoidal_positions && self.local_attention_init),
+                "and local_attention_init both set the initial position table: choose one \
+                 (--local-attention-init false turns the second off)"
                     .into(),
-            );
+            ),
+            (
+                "hidden_size",
+                self.hidden_size.to_string(),
+                self.hidden_size.is_multiple_of(heads),
+                format!("is not divisible by num_attention_heads ({heads})"),
+            ),
+        ];
+        let failed = positive
+            .into_iter()
+            .chain(dropout)
+            .chain(rules)
+            .find(|r| !r.2);
+        match failed {
+            Some((field, value, _, reason)) => Err(ConfigError::value(field, value, reason)),
+            None => Ok(()),
         }
-        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
-            return Err(format!(
-                "hidden_size ({}) is not divisible by num_attention_heads ({})",
-                self.hidden_size, self.num_attention_heads
-            ));
-        }
-        Ok(())
     }
 
     /// A model initialised from `seed` on the host, identically on every backend (BERT's
@@ -187,67 +204,68 @@ impl BertConfig {
         if let Err(message) = self.validate() {
             panic!("invalid BertConfig: {message}");
         }
-        let zeros = Initializer::Zeros;
-        let linear = |d_in, d_out| Linear {
-            // burn's `Linear` would draw the bias from the initializer too.
-            bias: Some(zeros.init([d_out], device)),
-            ..LinearConfig::new(d_in, d_out)
-                .with_initializer(zeros.clone())
-                .init(device)
-        };
-        let layer_norm = || {
-            LayerNormConfig::new(self.hidden_size)
-                .with_epsilon(self.layer_norm_eps)
-                .init(device)
-        };
-        let embedding = |n| {
-            EmbeddingConfig::new(n, self.hidden_size)
-                .with_initializer(zeros.clone())
-                .init(device)
-        };
-        let dropout = DropoutConfig::new(self.hidden_dropout_prob).init();
-        let (d, heads) = (self.hidden_size, self.num_attention_heads);
-        let layers = (0..self.num_hidden_layers)
-            .map(|_| BertLayer {
-                attention: BertAttention {
-                    self_attention: BertSelfAttention {
-                        query: linear(d, d),
-                        key: linear(d, d),
-                        value: linear(d, d),
-                        dropout: DropoutConfig::new(self.attention_probs_dropout_prob).init(),
-                        num_attention_heads: heads,
-                    },
-                    output: BertResidual {
-                        dense: linear(d, d),
-                        layer_norm: layer_norm(),
-                        layer_norm_eps: self.layer_norm_eps,
-                        dropout: dropout.clone(),
-                    },
-                },
-                intermediate: linear(d, self.intermediate_size),
-                output: BertResidual {
-                    dense: linear(self.intermediate_size, d),
-                    layer_norm: layer_norm(),
-                    layer_norm_eps: self.layer_norm_eps,
-                    dropout: dropout.clone(),
-                },
-            })
-            .collect();
+        let d = self.hidden_size;
         BertForMaskedLm {
             embeddings: BertEmbeddings {
-                word_embeddings: embedding(self.vocab_size),
-                position_embeddings: embedding(self.max_position_embeddings),
-                token_type_embeddings: embedding(self.type_vocab_size),
-                layer_norm: layer_norm(),
+                word_embeddings: self.zero_embedding(self.vocab_size, device),
+                position_embeddings: self.zero_embedding(self.max_position_embeddings, device),
+                token_type_embeddings: self.zero_embedding(self.type_vocab_size, device),
+                layer_norm: self.layer_norm(device),
                 layer_norm_eps: self.layer_norm_eps,
-                dropout,
+                dropout: DropoutConfig::new(self.hidden_dropout_prob).init(),
             },
-            layers,
+            layers: (0..self.num_hidden_layers)
+                .map(|_| self.zero_layer(device))
+                .collect(),
             head: MlmHeadConfig::new(d, self.vocab_size)
                 .with_layer_norm_eps(self.layer_norm_eps)
-                .with_initializer(zeros)
+                .with_initializer(Initializer::Zeros)
                 .init(device),
         }
+    }
+
+    /// One encoder layer of [`init`](Self::init): attention, then the feed-forward.
+    fn zero_layer(&self, device: &Device) -> BertLayer {
+        let (d, ff) = (self.hidden_size, self.intermediate_size);
+        BertLayer {
+            attention: BertAttention {
+                self_attention: BertSelfAttention {
+                    query: zero_linear(d, d, device),
+                    key: zero_linear(d, d, device),
+                    value: zero_linear(d, d, device),
+                    dropout: DropoutConfig::new(self.attention_probs_dropout_prob).init(),
+                    num_attention_heads: self.num_attention_heads,
+                },
+                output: self.zero_residual(d, device),
+            },
+            intermediate: zero_linear(d, ff, device),
+            output: self.zero_residual(ff, device),
+        }
+    }
+
+    /// A dense layer from `d_in` back to the model's width, added to its input and
+    /// normalised.
+    fn zero_residual(&self, d_in: usize, device: &Device) -> BertResidual {
+        BertResidual {
+            dense: zero_linear(d_in, self.hidden_size, device),
+            layer_norm: self.layer_norm(device),
+            layer_norm_eps: self.layer_norm_eps,
+            dropout: DropoutConfig::new(self.hidden_dropout_prob).init(),
+        }
+    }
+
+    /// LayerNorm over the model's width (gain 1, bias 0).
+    fn layer_norm(&self, device: &Device) -> LayerNorm {
+        LayerNormConfig::new(self.hidden_size)
+            .with_epsilon(self.layer_norm_eps)
+            .init(device)
+    }
+
+    /// A table of `n` embeddings of the model's width, all 0.
+    fn zero_embedding(&self, n: usize, device: &Device) -> Embedding {
+        EmbeddingConfig::new(n, self.hidden_size)
+            .with_initializer(Initializer::Zeros)
+            .init(device)
     }
 
     /// `model` with the initial values that [`sinusoidal_positions`] and
@@ -292,6 +310,17 @@ impl BertConfig {
         let layer = 4 * (d * d + d) + 2 * d + (d * ff + ff) + (ff * d + d) + 2 * d;
         let head = d * d + d + 2 * d + v;
         embeddings + self.num_hidden_layers * layer + head
+    }
+}
+
+/// A dense layer `d_in → d_out` with weight and bias 0 (burn's `Linear` would draw the bias
+/// from the initializer too).
+fn zero_linear(d_in: usize, d_out: usize, device: &Device) -> Linear {
+    Linear {
+        bias: Some(Initializer::Zeros.init([d_out], device)),
+        ..LinearConfig::new(d_in, d_out)
+            .with_initializer(Initializer::Zeros)
+            .init(device)
     }
 }
 
@@ -584,6 +613,20 @@ impl BertForMaskedLm {
             hidden,
             targets,
             Some(self.embeddings.word_embeddings.weight.val()),
+        )
+    }
+
+    /// Logits at the masked positions of `batch` ([`forward_masked`](Self::forward_masked)),
+    /// `[n_masked, vocab]`.
+    ///
+    /// # Errors
+    /// As [`forward_masked`](Self::forward_masked).
+    pub fn forward_batch(&self, batch: DeviceBatch) -> Result<Tensor<2>, MlmError> {
+        self.forward_masked(
+            batch.input_ids,
+            batch.token_type_ids,
+            batch.padding_mask,
+            &batch.targets,
         )
     }
 

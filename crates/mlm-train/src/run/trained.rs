@@ -6,13 +6,13 @@ use burn::tensor::Device;
 use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
-use crate::checkpoint;
 use crate::config::TrainConfig;
 use crate::data::{self, WordPieceTokenizer};
 use crate::error::TrainError;
 use crate::eval::{EvalMetrics, evaluate};
 use crate::model::BertForMaskedLm;
-use crate::run_dir::RunDir;
+use crate::run::checkpoint;
+use crate::run::dir::RunDir;
 
 /// The candidates for one `[MASK]`.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,9 +62,7 @@ impl TrainedRun {
         device: &Device,
     ) -> Result<Vec<MaskPrediction>, TrainError> {
         let t = &self.tokenizer;
-        let mut ids = vec![t.cls_id];
-        ids.extend(t.encode(text)?);
-        ids.push(t.sep_id);
+        let ids = t.wrap(&t.encode(text)?);
         let max = self.config.model.max_position_embeddings;
         if ids.len() > max {
             return Err(TrainError::InvalidInput(format!(

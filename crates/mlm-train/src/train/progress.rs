@@ -1,10 +1,34 @@
-//! How a run shows its progress: a bar on a terminal; plain lines on stderr when stderr
-//! is not a terminal (the log of a batch job or CI), once per evaluation interval.
+//! How a run shows its progress: what data preparation reads and makes; then a bar on a
+//! terminal, or plain lines on stderr when stderr is not a terminal (the log of a batch job
+//! or CI), once per evaluation interval.
 
 use std::io::IsTerminal;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::data::PreparedData;
+
+/// Says on stderr that the corpus is being read, and, with `vocab_size`, that a WordPiece
+/// vocabulary of that size is being trained on it.
+pub fn preparing(corpus: &Path, vocab_size: Option<usize>) {
+    let tokenizer = vocab_size
+        .map(|size| format!(" and training a WordPiece vocabulary of {size}"))
+        .unwrap_or_default();
+    eprintln!("reading {}{tokenizer}", corpus.display());
+}
+
+/// Says on stderr what data preparation made.
+pub fn prepared(data: &PreparedData, max_seq_len: usize) {
+    eprintln!(
+        "{} training and {} held-out sequences of up to {max_seq_len} tokens, a vocabulary of \
+         {} tokens",
+        data.train.len(),
+        data.held_out.len(),
+        data.tokenizer.vocab_size()
+    );
+}
 
 /// Where a run ends: at a step, or when its time budget is spent.
 #[derive(Debug, Clone, Copy, PartialEq)]

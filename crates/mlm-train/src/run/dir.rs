@@ -1,15 +1,15 @@
-//! The run directory: the paths of its files, the lock that makes one process its only
-//! writer, and the three ways a run directory comes to be: created for a new run, reopened
+//! The run directory: the paths of its files and the three ways a run directory comes to be: created for a new run, reopened
 //! for a resume, written by an import.
 
-use std::fs::{File, OpenOptions, TryLockError};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::checkpoint::{self, RunState};
-use crate::config::{DEFAULT_LOG_EVERY, Masking, TrainConfig, WeightDecayOn};
-use crate::data::WordPieceTokenizer;
-use crate::error::{TrainError, io, read_json, write_json};
+use super::checkpoint::{self, RunState};
+use super::lock::RunLock;
+use crate::config::{DEFAULT_LOG_EVERY, TrainConfig, WeightDecayOn};
+use crate::data::{Masking, WordPieceTokenizer};
+use crate::duration::human_duration;
+use crate::error::{ConfigError, TrainError};
+use crate::files::{io, read_json, write_json};
 use crate::model::BertForMaskedLm;
 
 /// A run directory's files.
@@ -45,7 +45,7 @@ impl RunDir {
     ///
     /// # Errors
     /// [`TrainError::InvalidInput`] if the folder has no `config.json` (it is not a run);
-    /// [`TrainError::Config`] naming the file and the field for a value of the wrong type;
+    /// [`ConfigError`] naming the file and the field for a value of the wrong type;
     /// [`TrainError::Json`] / [`TrainError::Io`] naming `config.json`.
     pub fn load_config(&self) -> Result<TrainConfig, TrainError> {
         let path = self.config();
@@ -76,47 +76,6 @@ impl RunDir {
         }
         crate::config::config_from_json(value, &path)
     }
-
-    /// Makes this process the run's only writer until the returned lock is dropped (or the
-    /// process dies: the operating system releases an `flock`, so no lock goes stale).
-    ///
-    /// # Errors
-    /// [`TrainError::RunInUse`] naming the holder's PID if another process holds the lock;
-    /// nothing is written then. [`TrainError::Io`] if the lock file cannot be opened.
-    pub fn lock(&self) -> Result<RunLock, TrainError> {
-        let path = self.lock_file();
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(io(&path))?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                let holder = std::fs::read_to_string(&path).unwrap_or_default();
-                return Err(TrainError::RunInUse {
-                    dir: self.0.clone(),
-                    holder: match holder.trim() {
-                        "" => "unknown".into(),
-                        pid => pid.into(),
-                    },
-                });
-            }
-            Err(TryLockError::Error(e)) => return Err(io(&path)(e)),
-        }
-        // Only the holder writes the PID, so a reader of a locked file finds its holder's.
-        file.set_len(0)
-            .and_then(|()| writeln!(file, "{}", std::process::id()))
-            .map_err(io(&path))?;
-        Ok(RunLock { _file: file })
-    }
-}
-
-/// The exclusive lock on a run directory ([`RunDir::lock`]); released when dropped.
-pub struct RunLock {
-    _file: File,
 }
 
 /// A new run's directory, locked; [`NewRun::abandon`] undoes it if the run fails before its
@@ -133,7 +92,7 @@ impl NewRun {
     ///
     /// # Errors
     /// [`TrainError::RunInUse`], before anything is written, if another process holds the
-    /// lock; [`TrainError::Config`] if `path` already holds a run with a checkpoint (a run is
+    /// lock; [`ConfigError`] if `path` already holds a run with a checkpoint (a run is
     /// resumed, never overwritten; one killed before its first checkpoint has nothing to
     /// keep and starts anew); [`TrainError::Io`].
     pub fn create(path: &Path) -> Result<Self, TrainError> {
@@ -143,10 +102,11 @@ impl NewRun {
         // Another process may have made the folder: if it holds the lock, nothing is removed.
         let lock = dir.lock()?;
         if dir.config().exists() && checkpoint::latest(path).is_ok() {
-            return Err(TrainError::Config(format!(
-                "{} already holds a run: pass --resume {0} to continue it, or choose another --run",
+            let reason = format!(
+                "already holds a run: pass --resume {} to continue it, or choose another --run",
                 path.display()
-            )));
+            );
+            return Err(ConfigError::path(path, reason).into());
         }
         checkpoint::remove_partial(path)?;
         Ok(Self {
@@ -195,7 +155,7 @@ impl ResumedRun {
     /// [`TrainError::RunInUse`] while another process writes it; [`TrainError::Checkpoint`]
     /// if no complete checkpoint exists; [`TrainError::InvalidInput`] for an imported run (no
     /// optimizer state); [`TrainError::BudgetSpent`] if it trains by the clock and has spent
-    /// the budget; [`TrainError::Config`] if it is already at `max_steps`, for a `max_steps`
+    /// the budget; [`ConfigError`] if it is already at `max_steps`, for a `max_steps`
     /// on a run by the clock or a `time_budget_seconds` on a run by step count, or if its
     /// tokenizer is not its vocabulary.
     pub fn open(
@@ -226,12 +186,12 @@ impl ResumedRun {
         continue_to(&mut config, &done, path, max_steps, time_budget_seconds)?;
         let tokenizer = WordPieceTokenizer::from_file(&dir.tokenizer())?;
         if tokenizer.vocab_size() != config.model.vocab_size {
-            return Err(TrainError::Config(format!(
-                "{} has {} tokens, but config.json says vocab_size = {}",
-                dir.tokenizer().display(),
+            let reason = format!(
+                "has {} tokens, but config.json says vocab_size = {}",
                 tokenizer.vocab_size(),
                 config.model.vocab_size
-            )));
+            );
+            return Err(ConfigError::path(&dir.tokenizer(), reason).into());
         }
         Ok(Self {
             dir,
@@ -259,7 +219,7 @@ impl ResumedRun {
 ///
 /// # Errors
 /// [`TrainError::BudgetSpent`] for a run by the clock with no time left;
-/// [`TrainError::Config`] for a run by step count at its `max_steps`, for a setting of the
+/// [`ConfigError`] for a run by step count at its `max_steps`, for a setting of the
 /// other kind of run, or one that [`TrainConfig::validate`] refuses.
 fn continue_to(
     config: &mut TrainConfig,
@@ -268,21 +228,20 @@ fn continue_to(
     max_steps: Option<usize>,
     time_budget: Option<f64>,
 ) -> Result<(), TrainError> {
-    let refuse =
-        |message: String| Err(TrainError::Config(format!("{}: {message}", path.display())));
+    let refuse = |reason: String| Err(TrainError::Config(ConfigError::path(path, reason)));
     match (config.time_budget_seconds, max_steps, time_budget) {
         (None, _, Some(_)) => {
             return refuse(format!(
-                "it trains by step count (to max_steps {}); --time-budget is for a run \
+                "trains by step count (to max_steps {}); --time-budget is for a run \
                  started with one (pass --max-steps to extend this one)",
                 config.max_steps
             ));
         }
         (Some(budget), Some(_), _) => {
             return refuse(format!(
-                "it trains by the clock (a time budget of {}); --max-steps does not end it \
+                "trains by the clock (a time budget of {}); --max-steps does not end it \
                  (pass a larger --time-budget to extend it)",
-                crate::config::human_duration(budget)
+                human_duration(budget)
             ));
         }
         (Some(_), None, Some(budget)) => config.time_budget_seconds = Some(budget),
@@ -295,12 +254,13 @@ fn continue_to(
             budget_seconds: budget,
             elapsed_seconds: done.elapsed_seconds,
         }),
-        None if done.step >= config.max_steps => Err(TrainError::Config(format!(
-            "{} is already at step {} of max_steps {}: pass a larger --max-steps to continue",
-            path.display(),
-            done.step,
-            config.max_steps
-        ))),
+        None if done.step >= config.max_steps => {
+            let reason = format!(
+                "is already at step {} of max_steps {}: pass a larger --max-steps to continue",
+                done.step, config.max_steps
+            );
+            Err(ConfigError::path(path, reason).into())
+        }
         _ => Ok(()),
     }
 }
@@ -325,7 +285,7 @@ fn no_checkpoint(e: TrainError, path: &Path) -> TrainError {
 /// then `config.json`, last, because it marks a complete run directory.
 ///
 /// # Errors
-/// [`TrainError::Config`] if `path` already holds a run; [`TrainError::Io`] /
+/// [`ConfigError`] if `path` already holds a run; [`TrainError::Io`] /
 /// [`TrainError::Checkpoint`] naming the file.
 pub fn write_imported(
     path: &Path,
@@ -335,10 +295,7 @@ pub fn write_imported(
 ) -> Result<(), TrainError> {
     let dir = RunDir(path.to_path_buf());
     if dir.config().exists() {
-        return Err(TrainError::Config(format!(
-            "{} already holds a run; choose another --out",
-            path.display()
-        )));
+        return Err(ConfigError::path(path, "already holds a run; choose another --out").into());
     }
     std::fs::create_dir_all(path).map_err(io(path))?;
     tokenizer.save(&dir.tokenizer())?;

@@ -43,26 +43,6 @@ impl StopSignal {
             .find(|signal| signal.name() == name)
     }
 
-    /// A stop request as a number that adds up over the ranks of a data-parallel run:
-    /// SIGINT 1, SIGTERM 1 000, none 0 ([`from_sum`](Self::from_sum) reads the sum).
-    pub fn code(signal: Option<Self>) -> f64 {
-        match signal {
-            None => 0.0,
-            Some(Self::Interrupt) => 1.0,
-            Some(Self::Terminate) => 1000.0,
-        }
-    }
-
-    /// The request that a sum of [`code`](Self::code)s over fewer than 1 000 ranks carries:
-    /// SIGTERM if any rank got one, else SIGINT if any did.
-    pub fn from_sum(sum: f64) -> Option<Self> {
-        match sum {
-            s if s >= 1000.0 => Some(Self::Terminate),
-            s if s >= 1.0 => Some(Self::Interrupt),
-            _ => None,
-        }
-    }
-
     /// The exit status of a run that stopped cleanly on this signal: 128 + the signal's
     /// number (130, 143), as a shell reports a process the signal ended.
     pub fn exit_status(self) -> u8 {

@@ -1,31 +1,30 @@
 //! The training run: a new run or a resume, driven step by step through a [`Trainer`] over
-//! the [`BatchSchedule`], with validation, atomic checkpoints, metrics, plot and summary.
-//!
-//! A loop of our own rather than burn-train's `Learner`: the `Learner` of burn 0.21 averages
-//! accumulated gradients per micro-batch (a mean of means, not Σ sums ÷ Σ counts), clips
-//! per parameter rather than by global norm, and cannot resume a run mid-epoch at the
-//! same data order and masks. Each of those is a line here.
+//! the [`BatchSchedule`], with validation, atomic checkpoints, metrics, plot and summary, as
+//! each step's [`plan`] says.
 
 use burn::tensor::Device;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use super::distributed::ProcessGroup;
+use super::memory::check_fits;
+use super::plan::{Next, last_step, plan};
+use super::progress::{self, Progress, RunEnd};
+use super::stop::{self, StopSignal};
+use super::trainer::{StepMetrics, StepOutput, Trainer};
 use crate::data::{self, BatchSchedule, WordPieceTokenizer};
-use crate::distributed::ProcessGroup;
-use crate::error::{TrainError, write_json};
+use crate::error::{ConfigError, TrainError};
 use crate::eval::EvalMetrics;
-use crate::progress::{Progress, RunEnd};
-use crate::report::{MetricsLog, MetricsRow, Summary, plot_loss_curve};
-use crate::run_dir::{NewRun, ResumedRun, RunDir};
-use crate::stop::StopSignal;
-use crate::trainer::{StepMetrics, Trainer};
+use crate::files::write_json;
+use crate::run::dir::{NewRun, ResumedRun, RunDir};
+use crate::run::report::{MetricsLog, MetricsRow, Summary, plot_loss_curve};
 
 use crate::config::TrainConfig;
 
 /// Starts a new run in `run_dir` (which must not hold one) and trains it to the end.
 ///
-/// A SIGINT or SIGTERM (once [`crate::stop::install_handlers`] ran) ends the run early after
+/// A SIGINT or SIGTERM (once [`crate::train::stop::install_handlers`] ran) ends the run early after
 /// the current step, with a checkpoint, the plot and the summary: `Summary::stopped_by`.
 ///
 /// # Errors
@@ -60,6 +59,7 @@ pub fn train_with(
 ) -> Result<Summary, TrainError> {
     config.resolve(None);
     config.validate()?;
+    check_fits(&config)?;
     check_group(&config, group)?;
     // An absolute corpus path, so the run resumes and evaluates from any directory.
     config.corpus = std::fs::canonicalize(&config.corpus)
@@ -132,6 +132,7 @@ pub fn resume_with(
 ) -> Result<Summary, TrainError> {
     let writer = writes_run(group);
     let resumed = ResumedRun::open(run_dir, max_steps, time_budget_seconds, !writer)?;
+    check_fits(&resumed.config)?;
     check_group(&resumed.config, group)?;
     let prepared = prepare_data(&resumed.config, Some(resumed.tokenizer.clone()))?;
     if writer {
@@ -159,26 +160,21 @@ fn check_group(config: &TrainConfig, group: Option<&ProcessGroup>) -> Result<(),
         1 => "as one process, without a launcher".to_string(),
         n => format!("as {n} processes: `mpirun -np {n} mlm-train train …`"),
     };
-    Err(TrainError::Config(format!(
-        "world_size = {}, but {started} process(es) started: run it {how}",
-        config.world_size
-    )))
+    Err(ConfigError::WorldSize {
+        world_size: config.world_size,
+        started,
+        how,
+    }
+    .into())
 }
 
 fn prepare_data(
     config: &TrainConfig,
     tokenizer: Option<WordPieceTokenizer>,
 ) -> Result<data::PreparedData, TrainError> {
-    eprintln!(
-        "reading {}{}",
-        config.corpus.display(),
-        match tokenizer {
-            Some(_) => String::new(),
-            None => format!(
-                " and training a WordPiece vocabulary of {}",
-                config.vocab_size
-            ),
-        }
+    progress::preparing(
+        &config.corpus,
+        tokenizer.is_none().then_some(config.vocab_size),
     );
     let prepared = data::prepare(
         &config.corpus,
@@ -187,24 +183,16 @@ fn prepare_data(
         config.max_seq_len,
         config.held_out_every,
     )?;
-    eprintln!(
-        "{} training and {} held-out sequences of up to {} tokens, a vocabulary of {} tokens",
-        prepared.train.len(),
-        prepared.held_out.len(),
-        config.max_seq_len,
-        prepared.tokenizer.vocab_size()
-    );
+    progress::prepared(&prepared, config.max_seq_len);
     if prepared.train.len() < config.batch_size {
-        return Err(TrainError::Config(format!(
-            "the training split has {} sequences, fewer than one batch of {}",
-            prepared.train.len(),
-            config.batch_size
-        )));
+        return Err(ConfigError::TrainingSplitTooSmall {
+            sequences: prepared.train.len(),
+            batch_size: config.batch_size,
+        }
+        .into());
     }
     if prepared.held_out.is_empty() {
-        return Err(TrainError::Config(
-            "the held-out split is empty: the corpus is too small".into(),
-        ));
+        return Err(ConfigError::EmptyHeldOut.into());
     }
     Ok(prepared)
 }
@@ -321,70 +309,63 @@ impl Session<'_> {
     fn train(&mut self) -> Result<(Option<EvalMetrics>, Option<StopSignal>), TrainError> {
         let first = self.trainer.state().step + 1;
         // A signal during data preparation: stop before training anything.
-        if let Some(signal) = crate::stop::requested() {
+        if let Some(signal) = stop::requested() {
             return Err(TrainError::Stopped {
                 signal: signal.name(),
                 next_step: first,
                 exit_status: signal.exit_status(),
             });
         }
-        let (config, mut final_eval) = (self.config, None);
-        // A run by the clock ends when a step says its budget is spent.
-        let end = match config.time_budget_seconds {
-            Some(_) => usize::MAX,
-            None => config.max_steps,
-        };
-        for step in first..=end {
+        let mut final_eval = None;
+        for step in first..=last_step(self.config) {
             let out = self
                 .trainer
                 .step(self.schedule.step(step))
                 .inspect_err(|_| self.progress.abandon())?;
-            // A stop request ends the run here, as if this were its last step, except that no
-            // metrics row is added: a resumed run then writes the same metrics.csv as an
-            // uninterrupted one.
-            let last = step == end || out.budget_spent;
-            let stopped = out.stop_requested.filter(|_| !last);
-            let evaluate = step.is_multiple_of(config.eval_every) || last;
-            let checkpoint = self.dir.filter(|_| {
-                step.is_multiple_of(config.checkpoint_every) || last || stopped.is_some()
-            });
-            // The step's metrics wait on the device until a logging interval (or a
-            // validation, a checkpoint, the end) reads them all at once.
-            let latest = if step.is_multiple_of(config.log_every)
-                || evaluate
-                || checkpoint.is_some()
-                || stopped.is_some()
-            {
-                self.log_steps()?
-            } else {
-                None
+            let plan = plan(self.config, &out, self.dir.is_some());
+            // The step's metrics wait on the device until the plan reads them all at once.
+            let latest = match plan.read_metrics {
+                true => self.log_steps()?,
+                false => None,
             };
             // The summary's evaluation is of the last step's weights.
-            final_eval = None;
-            if evaluate {
-                if let Some(StepMetrics { out, loss, .. }) = latest {
-                    let (elapsed, tokens_per_second) = (out.elapsed_seconds, out.tokens_per_second);
-                    self.progress.log(step, elapsed, loss, tokens_per_second);
-                }
-                let eval = self.trainer.validate(self.held_out, self.tokenizer)?;
-                self.log(out.row("valid", eval.loss, eval.accuracy))?;
-                self.progress
-                    .println(&validation_line(step, &eval, self.baseline.0));
-                final_eval = Some(eval);
-            }
-            if let Some(dir) = checkpoint {
+            final_eval = plan
+                .evaluate
+                .then(|| self.validate(&out, latest))
+                .transpose()?;
+            if let (true, Some(dir)) = (plan.checkpoint, self.dir) {
                 self.trainer.checkpoint(&dir.0)?;
             }
-            if stopped.is_some() {
-                self.progress.abandon();
-                return Ok((final_eval, stopped));
-            }
-            if last {
-                break;
+            match plan.next {
+                Next::Continue => {}
+                Next::End => break,
+                Next::Stop(signal) => {
+                    self.progress.abandon();
+                    return Ok((final_eval, Some(signal)));
+                }
             }
         }
         self.progress.finish();
         Ok((final_eval, None))
+    }
+
+    /// Validates the weights after the step `out` (whose training metrics, if just read,
+    /// are `latest`), logs a row and a line.
+    fn validate(
+        &mut self,
+        out: &StepOutput,
+        latest: Option<StepMetrics>,
+    ) -> Result<EvalMetrics, TrainError> {
+        if let Some(StepMetrics { out, loss, .. }) = latest {
+            let (elapsed, tokens_per_second) = (out.elapsed_seconds, out.tokens_per_second);
+            self.progress
+                .log(out.step, elapsed, loss, tokens_per_second);
+        }
+        let eval = self.trainer.validate(self.held_out, self.tokenizer)?;
+        self.log(out.row("valid", eval.loss, eval.accuracy))?;
+        self.progress
+            .println(&validation_line(out.step, &eval, self.baseline.0));
+        Ok(eval)
     }
 
     /// Reads the training metrics of the steps since the last read ([`Trainer::take_metrics`]),

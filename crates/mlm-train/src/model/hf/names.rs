@@ -1,0 +1,153 @@
+//! The table of names: every parameter's Hugging Face key, Burn path and PyTorch shape.
+
+use crate::model::BertConfig;
+
+/// One parameter in both namings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HfName {
+    /// The Hugging Face key, e.g. `bert.encoder.layer.0.attention.self.query.weight`.
+    pub hf_key: String,
+    /// The path in [`BertForMaskedLm`], e.g. `layers.0.attention.self_attention.query.weight`.
+    pub burn_path: String,
+    /// The shape in the Hugging Face file (PyTorch layout).
+    pub shape: Vec<usize>,
+    /// Whether Burn stores the transpose (`Linear` weights: PyTorch `[out, in]`, Burn `[in, out]`).
+    pub transposed: bool,
+}
+
+impl HfName {
+    /// The shape Burn stores.
+    pub fn burn_shape(&self) -> Vec<usize> {
+        if self.transposed {
+            self.shape.iter().rev().copied().collect()
+        } else {
+            self.shape.clone()
+        }
+    }
+}
+
+/// Builds the table, one block (tensor, `Linear`, `LayerNorm`) at a time.
+#[derive(Default)]
+struct Table(Vec<HfName>);
+
+impl Table {
+    fn tensor(&mut self, hf_key: &str, burn_path: &str, shape: &[usize], transposed: bool) {
+        self.0.push(HfName {
+            hf_key: hf_key.into(),
+            burn_path: burn_path.into(),
+            shape: shape.to_vec(),
+            transposed,
+        });
+    }
+
+    /// PyTorch `weight [out, in]` and `bias [out]`.
+    fn linear(&mut self, hf: &str, ours: &str, d_in: usize, d_out: usize) {
+        self.tensor(
+            &format!("{hf}.weight"),
+            &format!("{ours}.weight"),
+            &[d_out, d_in],
+            true,
+        );
+        self.tensor(
+            &format!("{hf}.bias"),
+            &format!("{ours}.bias"),
+            &[d_out],
+            false,
+        );
+    }
+
+    /// PyTorch `weight`/`bias` are Burn's `gamma`/`beta`.
+    fn layer_norm(&mut self, hf: &str, ours: &str, d: usize) {
+        self.tensor(
+            &format!("{hf}.weight"),
+            &format!("{ours}.gamma"),
+            &[d],
+            false,
+        );
+        self.tensor(&format!("{hf}.bias"), &format!("{ours}.beta"), &[d], false);
+    }
+
+    /// Encoder layer `i`: self-attention (query, key, value, output), its LayerNorm, the
+    /// feed-forward of width `ff` and its LayerNorm.
+    fn encoder_layer(&mut self, i: usize, d: usize, ff: usize) {
+        let hf = format!("bert.encoder.layer.{i}");
+        let ours = format!("layers.{i}");
+        for projection in ["query", "key", "value"] {
+            self.linear(
+                &format!("{hf}.attention.self.{projection}"),
+                &format!("{ours}.attention.self_attention.{projection}"),
+                d,
+                d,
+            );
+        }
+        self.linear(
+            &format!("{hf}.attention.output.dense"),
+            &format!("{ours}.attention.output.dense"),
+            d,
+            d,
+        );
+        self.layer_norm(
+            &format!("{hf}.attention.output.LayerNorm"),
+            &format!("{ours}.attention.output.layer_norm"),
+            d,
+        );
+        self.linear(
+            &format!("{hf}.intermediate.dense"),
+            &format!("{ours}.intermediate"),
+            d,
+            ff,
+        );
+        self.linear(
+            &format!("{hf}.output.dense"),
+            &format!("{ours}.output.dense"),
+            ff,
+            d,
+        );
+        self.layer_norm(
+            &format!("{hf}.output.LayerNorm"),
+            &format!("{ours}.output.layer_norm"),
+            d,
+        );
+    }
+}
+
+/// Every parameter of a [`BertForMaskedLm`] of `config`'s sizes, with its Hugging Face
+/// `BertForMaskedLM` key: embeddings, each layer, the head (source: transformers'
+/// `modeling_bert.py`; the tied decoder is not a parameter of its own).
+pub fn names(config: &BertConfig) -> Vec<HfName> {
+    let (v, d, ff) = (
+        config.vocab_size,
+        config.hidden_size,
+        config.intermediate_size,
+    );
+    let mut t = Table::default();
+    for (name, rows) in [
+        ("word_embeddings", v),
+        ("position_embeddings", config.max_position_embeddings),
+        ("token_type_embeddings", config.type_vocab_size),
+    ] {
+        t.tensor(
+            &format!("bert.embeddings.{name}.weight"),
+            &format!("embeddings.{name}.weight"),
+            &[rows, d],
+            false,
+        );
+    }
+    t.layer_norm("bert.embeddings.LayerNorm", "embeddings.layer_norm", d);
+    for i in 0..config.num_hidden_layers {
+        t.encoder_layer(i, d, ff);
+    }
+    t.linear(
+        "cls.predictions.transform.dense",
+        "head.transform.dense",
+        d,
+        d,
+    );
+    t.layer_norm(
+        "cls.predictions.transform.LayerNorm",
+        "head.transform.layer_norm",
+        d,
+    );
+    t.tensor("cls.predictions.bias", "head.bias", &[v], false);
+    t.0
+}
