@@ -1,5 +1,5 @@
 //! The command line: its arguments ([`args`]), what each command does ([`commands`],
-//! [`train`]), and the backend benchmark ([`bench`]).
+//! [`train`]), and the backend benchmark ([`mod@bench`]).
 
 pub mod args;
 pub mod bench;

@@ -2,7 +2,7 @@
 //! tokenizer files), read and written with the same logits on both sides. The format layer
 //! only: making a run of a folder and a folder of a run is [`crate::run::hf`].
 //!
-//! One table, [`names`], pairs every Hugging Face key with the path of the same parameter
+//! One table, [`names()`], pairs every Hugging Face key with the path of the same parameter
 //! in [`BertForMaskedLm`](crate::model::BertForMaskedLm) (Burn's module path, e.g.
 //! `layers.0.attention.self_attention.query.weight`), its PyTorch shape, and whether Burn
 //! stores it transposed (a PyTorch `Linear` weight is `[out, in]`, Burn's `[in, out]`;

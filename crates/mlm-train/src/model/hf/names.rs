@@ -7,7 +7,7 @@ use crate::model::BertConfig;
 pub struct HfName {
     /// The Hugging Face key, e.g. `bert.encoder.layer.0.attention.self.query.weight`.
     pub hf_key: String,
-    /// The path in [`BertForMaskedLm`], e.g. `layers.0.attention.self_attention.query.weight`.
+    /// The path in [`BertForMaskedLm`](crate::model::BertForMaskedLm), e.g. `layers.0.attention.self_attention.query.weight`.
     pub burn_path: String,
     /// The shape in the Hugging Face file (PyTorch layout).
     pub shape: Vec<usize>,
@@ -111,7 +111,7 @@ impl Table {
     }
 }
 
-/// Every parameter of a [`BertForMaskedLm`] of `config`'s sizes, with its Hugging Face
+/// Every parameter of a [`BertForMaskedLm`](crate::model::BertForMaskedLm) of `config`'s sizes, with its Hugging Face
 /// `BertForMaskedLM` key: embeddings, each layer, the head (source: transformers'
 /// `modeling_bert.py`; the tied decoder is not a parameter of its own).
 pub fn names(config: &BertConfig) -> Vec<HfName> {
