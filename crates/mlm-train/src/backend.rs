@@ -14,8 +14,8 @@ pub enum BackendKind {
     Ndarray,
     /// burn-flex on the CPU (cargo feature `flex`, on by default; the default `--backend`):
     /// the gemm crate's matmul, with AVX-512 kernels where the CPU has them. It trains the
-    /// tiny BERT 2.3× faster than ndarray on 2 cores, with the fused loss and GELU kernels of
-    /// mlm-core (docs/PERFORMANCE.md).
+    /// tiny BERT 2.3× faster than ndarray on 2 cores, with mlm-core's fused kernels (loss,
+    /// GELU, LayerNorm, attention; docs/PERFORMANCE.md).
     Flex,
     /// burn-wgpu on the default GPU adapter (cargo feature `wgpu`); on a machine without
     /// a GPU that is Mesa's lavapipe, a CPU implementation of Vulkan.

@@ -87,8 +87,8 @@ pub struct TrainConfig {
     #[config(default = 100)]
     pub warmup_steps: usize,
     /// Optimizer steps in the run; the learning rate decays linearly to 0 at this step.
-    /// The default trains for about 4 minutes on a 2-core CPU with flex (README, "What you
-    /// get").
+    /// The default trains for 2 to 7 minutes on a 2-core CPU with flex, by CPU (README, "The
+    /// two commands").
     #[config(default = 2000)]
     pub max_steps: usize,
     /// Train by the clock: seconds of training after which the run ends (`None`: it ends at

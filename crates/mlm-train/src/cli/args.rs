@@ -197,8 +197,8 @@ pub(crate) struct TrainArgs {
     pub(crate) run: PathBuf,
     /// Continue the run in DIR from its newest checkpoint. Its saved configuration applies:
     /// of the flags below only --max-steps (a run by step count), --time-budget (a run by the
-    /// clock), --backend and --collective-timeout may be given (a data-parallel run is
-    /// resumed by as many processes as trained it).
+    /// clock), --backend, --collective-timeout and --minimal-pairs may be given (a
+    /// data-parallel run is resumed by as many processes as trained it).
     #[arg(long, value_name = "DIR", conflicts_with = "run")]
     pub(crate) resume: Option<PathBuf>,
     /// Backend.
