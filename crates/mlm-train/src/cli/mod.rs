@@ -6,4 +6,7 @@ pub mod bench;
 pub mod commands;
 pub mod train;
 
+#[cfg(test)]
+mod readme_commands;
+
 pub use commands::main;

@@ -1,10 +1,13 @@
-//! Every shell command of the README, checked: each `mlm-train` command line (through
-//! `cargo run`, the built binary, `mpirun` or `srun`) is parsed by the binary's own argument
-//! parser, the cargo features it names exist, and the test command is the one CI runs. What
-//! each command then does is run by the trainer's tests (`short_run`, `hf_interop`,
-//! `minimal_pairs`, `reliability`, `data_parallel`); the Rust snippet is a doctest.
+//! Every shell command of the workspace's README, checked: each `mlm-train` command line
+//! (through `cargo run`, the built binary, `mpirun` or `srun`) is parsed by the binary's own
+//! argument parser, the cargo features it names exist, and the test command is the one CI
+//! runs. What each command then does is run by the trainer's tests (`short_run`,
+//! `hf_interop`, `minimal_pairs`, `reliability`, `data_parallel`); the Rust snippet is a
+//! doctest of the root crate.
 
 use std::path::Path;
+
+use super::args::command;
 
 /// The lines of the README's ```sh blocks.
 fn shell_lines(readme: &str) -> Vec<String> {
@@ -66,10 +69,11 @@ fn features(words: &[String]) -> Vec<String> {
 
 #[test]
 fn every_command_of_the_readme_parses_and_names_what_exists() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = crate_dir.join("../..");
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
-    let manifest = std::fs::read_to_string(root.join("crates/mlm-train/Cargo.toml")).unwrap();
+    let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).unwrap();
     let mut subcommands = Vec::new();
     for line in shell_lines(&readme) {
         let words = words(&line);
@@ -81,7 +85,7 @@ fn every_command_of_the_readme_parses_and_names_what_exists() {
         }
         if let Some(args) = mlm_train_args(&words) {
             let argv = std::iter::once("mlm-train".to_string()).chain(args.iter().cloned());
-            if let Err(e) = mlm_train::cli::args::command().try_get_matches_from(argv) {
+            if let Err(e) = command().try_get_matches_from(argv) {
                 panic!("{line}: the CLI refuses it:\n{e}");
             }
             subcommands.push(args[0].clone());
