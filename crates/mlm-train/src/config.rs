@@ -1,7 +1,6 @@
 //! The run's configuration: every setting of a run, checked before anything is written, read
 //! from a partial JSON file over the defaults, and completed by [`TrainConfig::resolve`].
 
-use std::fmt::Display;
 use std::path::{Path, PathBuf};
 
 use burn::config::Config;
@@ -187,7 +186,7 @@ impl TrainConfig {
             ("held_out_every", self.held_out_every),
             ("max_eval_sequences", self.max_eval_sequences),
         ]
-        .map(|(field, value)| rule(field, value, value >= 1, "must be at least 1"))
+        .map(|(field, value)| ConfigError::check(field, value, value >= 1, "must be at least 1"))
     }
 
     /// [`Self::validate`]'s table after the counts: every other setting, in order.
@@ -197,39 +196,39 @@ impl TrainConfig {
         let weight_decay = self.weight_decay;
         [
             positive_rule("learning_rate", self.learning_rate),
-            rule(
+            ConfigError::check(
                 "weight_decay",
                 weight_decay,
                 weight_decay.is_finite() && weight_decay >= 0.0,
                 "must be a number >= 0",
             ),
             positive_rule("max_grad_norm", self.max_grad_norm),
-            rule(
+            ConfigError::check(
                 "mlm_probability",
                 self.mlm_probability,
                 self.mlm_probability > 0.0 && self.mlm_probability <= 1.0,
                 "must be in (0, 1]",
             ),
-            rule(
+            ConfigError::check(
                 "vocab_size",
                 self.vocab_size,
                 self.tokenizer.is_some() || self.vocab_size > specials,
                 format!("leaves no room beside the {specials} special tokens"),
             ),
             data::check_max_seq_len(self.max_seq_len),
-            rule(
+            ConfigError::check(
                 "max_seq_len",
                 self.max_seq_len,
                 self.max_seq_len <= max_positions,
                 format!("must be in [3, max_position_embeddings = {max_positions}]"),
             ),
-            rule(
+            ConfigError::check(
                 "time_budget_seconds",
                 budget.map_or("none".into(), |b| b.to_string()),
                 budget.is_none_or(positive),
                 "must be a positive number of seconds",
             ),
-            rule(
+            ConfigError::check(
                 "warmup_steps",
                 self.warmup_steps,
                 self.warmup_steps <= self.max_steps,
@@ -330,23 +329,9 @@ impl TrainConfig {
     }
 }
 
-/// A row of [`TrainConfig::validate`]'s table: `field` = `value` can be used if `ok`;
-/// otherwise [`ConfigError::Value`] saying why.
-fn rule(
-    field: &str,
-    value: impl Display,
-    ok: bool,
-    reason: impl Into<String>,
-) -> Result<(), ConfigError> {
-    match ok {
-        true => Ok(()),
-        false => Err(ConfigError::value(field, value, reason)),
-    }
-}
-
 /// A row for a setting that must be a finite number above 0.
 fn positive_rule(field: &str, value: f64) -> Result<(), ConfigError> {
-    rule(field, value, positive(value), "must be a positive number")
+    ConfigError::check(field, value, positive(value), "must be a positive number")
 }
 
 /// A finite number above 0.

@@ -319,6 +319,24 @@ impl ConfigError {
         }
     }
 
+    /// One row of a settings table: `Ok` if `ok`, else [`ConfigError::Value`] for `field` =
+    /// `value`. A table is an array of rows; `collect::<Result<(), _>>()` reports its first
+    /// failing row ([`crate::TrainConfig::validate`], [`crate::BertConfig::validate`]).
+    ///
+    /// # Errors
+    /// [`ConfigError::Value`] if not `ok`.
+    pub fn check(
+        field: &str,
+        value: impl std::fmt::Display,
+        ok: bool,
+        reason: impl Into<String>,
+    ) -> Result<(), Self> {
+        match ok {
+            true => Ok(()),
+            false => Err(Self::value(field, value, reason)),
+        }
+    }
+
     /// [`ConfigError::Path`] for `path`.
     pub fn path(path: &std::path::Path, reason: impl Into<String>) -> Self {
         Self::Path {

@@ -170,8 +170,9 @@ impl<'a> BenchSetup<'a> {
     ) -> Result<Self, TrainError> {
         let m = &config.model;
         m.validate()?;
-        for (field, value, ok, reason) in [
-            (
+        let specials = SPECIAL_TOKENS.len();
+        [
+            ConfigError::check(
                 "seq_len",
                 config.seq_len,
                 config.seq_len <= m.max_position_embeddings,
@@ -180,32 +181,27 @@ impl<'a> BenchSetup<'a> {
                     m.max_position_embeddings
                 ),
             ),
-            (
+            ConfigError::check(
                 "timed_steps",
                 config.timed_steps,
                 config.timed_steps >= 1,
-                "must be at least 1".into(),
+                "must be at least 1",
             ),
-            (
+            ConfigError::check(
                 "vocab_size",
                 m.vocab_size,
-                m.vocab_size > SPECIAL_TOKENS.len(),
-                format!(
-                    "leaves no room beside the {} special tokens",
-                    SPECIAL_TOKENS.len()
-                ),
+                m.vocab_size > specials,
+                format!("leaves no room beside the {specials} special tokens"),
             ),
-            (
+            ConfigError::check(
                 "parallel_shards",
                 config.parallel_shards,
                 config.parallel_shards >= 1,
-                "must be at least 1".into(),
+                "must be at least 1",
             ),
-        ] {
-            if !ok {
-                return Err(ConfigError::value(field, value, reason).into());
-            }
-        }
+        ]
+        .into_iter()
+        .collect::<Result<(), _>>()?;
         // The same step as the trainer's, with its defaults for the optimizer and clipping.
         let train = TrainConfig::new("".into())
             .with_model(m.clone())

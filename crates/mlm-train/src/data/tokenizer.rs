@@ -319,9 +319,7 @@ mod tests {
                     expeditions; nevertheless, the mountaineers kept climbing";
         let tokenizer = WordPieceTokenizer::train(std::iter::repeat_n(text, 4), 60).unwrap();
         let vocab = tokenizer.vocab().unwrap();
-        let mut ids = vec![tokenizer.cls_id];
-        ids.extend(tokenizer.encode(text).unwrap());
-        ids.push(tokenizer.sep_id);
+        let ids = tokenizer.wrap(&tokenizer.encode(text).unwrap());
         let is_piece = |id: u32| vocab[id as usize].starts_with("##");
         assert!(
             ids.iter().filter(|&&id| is_piece(id)).count() > 5,

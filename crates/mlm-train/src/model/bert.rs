@@ -106,14 +106,7 @@ impl BertConfig {
             ("max_position_embeddings", self.max_position_embeddings),
             ("type_vocab_size", self.type_vocab_size),
         ]
-        .map(|(field, value)| {
-            (
-                field,
-                value.to_string(),
-                value > 0,
-                "must be positive".into(),
-            )
-        });
+        .map(|(field, value)| ConfigError::check(field, value, value > 0, "must be positive"));
         // p = 1 drops every activation: the scaled survivors are 0 / 0 = NaN.
         let dropout = [
             ("hidden_dropout_prob", self.hidden_dropout_prob),
@@ -123,35 +116,27 @@ impl BertConfig {
             ),
         ]
         .map(|(field, p)| {
-            let reason = "is not a dropout probability in [0, 1)".into();
-            (field, p.to_string(), (0.0..1.0).contains(&p), reason)
+            let reason = "is not a dropout probability in [0, 1)";
+            ConfigError::check(field, p, (0.0..1.0).contains(&p), reason)
         });
         let heads = self.num_attention_heads.max(1);
-        let rules: [(&str, String, bool, String); 2] = [
-            (
+        let rules = [
+            ConfigError::check(
                 "sinusoidal_positions",
-                self.sinusoidal_positions.to_string(),
+                self.sinusoidal_positions,
                 !(self.sinusoidal_positions && self.local_attention_init),
                 "and local_attention_init both set the initial position table: choose one \
-                 (--local-attention-init false turns the second off)"
-                    .into(),
+                 (--local-attention-init false turns the second off)",
             ),
-            (
+            ConfigError::check(
                 "hidden_size",
-                self.hidden_size.to_string(),
+                self.hidden_size,
                 self.hidden_size.is_multiple_of(heads),
                 format!("is not divisible by num_attention_heads ({heads})"),
             ),
         ];
-        let failed = positive
-            .into_iter()
-            .chain(dropout)
-            .chain(rules)
-            .find(|r| !r.2);
-        match failed {
-            Some((field, value, _, reason)) => Err(ConfigError::value(field, value, reason)),
-            None => Ok(()),
-        }
+        // The first row that fails, in the table's order.
+        positive.into_iter().chain(dropout).chain(rules).collect()
     }
 
     /// A model initialised from `seed` on the host, identically on every backend (BERT's
