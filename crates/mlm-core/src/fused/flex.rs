@@ -122,17 +122,17 @@ where
 }
 
 /// The backward of a fused operation with `N` inputs: `d_inputs` turns the saved state and
-/// the (contiguous) incoming gradient into each input's gradient `(values, shape)`, which is
-/// registered for the inputs whose graph wants one.
+/// the (contiguous) incoming gradient into each input's gradient, which is registered for
+/// the inputs whose graph wants one.
 fn backward_with<S, const N: usize>(
     ops: Ops<S, N>,
     grads: &mut Gradients,
-    d_inputs: impl FnOnce(S, FlexTensor) -> [(Vec<f32>, Shape); N],
+    d_inputs: impl FnOnce(S, FlexTensor) -> [FlexTensor; N],
 ) {
     let incoming = grads.consume::<Flex>(&ops.node).to_contiguous();
-    for (parent, (grad, shape)) in ops.parents.into_iter().zip(d_inputs(ops.state, incoming)) {
+    for (parent, grad) in ops.parents.into_iter().zip(d_inputs(ops.state, incoming)) {
         if let Some(node) = parent {
-            grads.register::<Flex>(node.id, FlexTensor::from_data(TensorData::new(grad, shape)));
+            grads.register::<Flex>(node.id, grad);
         }
     }
 }
@@ -273,11 +273,16 @@ impl Backward<Flex, 1> for SavedGradient {
         grads: &mut Gradients,
         _checkpointer: &mut Checkpointer,
     ) {
-        backward_with(ops, grads, |gradient, incoming| {
+        backward_with(ops, grads, |mut gradient, incoming| {
             let scale = values(&incoming)[0];
-            let shape = gradient.shape();
-            let scaled = values(&gradient).par_iter().map(|g| g * scale).collect();
-            [(scaled, shape)]
+            // In place: the saved gradient is this operation's alone (a shared one would be
+            // copied first), and a fresh [n, vocab] buffer would cost a tenth of the step
+            // at BERT-base shapes in page faults and memory traffic.
+            gradient
+                .storage_mut::<f32>()
+                .par_chunks_mut(CHUNK)
+                .for_each(|chunk| chunk.iter_mut().for_each(|g| *g *= scale));
+            [gradient]
         });
     }
 }
@@ -405,12 +410,12 @@ impl Backward<Flex, 3> for AttentionBackward {
 
 /// `[∂q, ∂k, ∂v]` ([`attention::backward`]) from the saved state and the incoming
 /// gradient of the context.
-fn attention_backward(state: AttentionState, d_context: FlexTensor) -> [(Vec<f32>, Shape); 3] {
+fn attention_backward(state: AttentionState, d_context: FlexTensor) -> [FlexTensor; 3] {
     let AttentionState { qkv, probs, dims } = state;
     let shape = qkv[0].layout().shape().clone();
     let [q, k, v] = qkv.each_ref().map(values);
     let d_qkv = attention::backward(q, k, v, values(&probs), values(&d_context), dims);
-    d_qkv.map(|grad| (grad, shape.clone()))
+    d_qkv.map(|grad| flex_tensor(grad, shape.clone()))
 }
 
 /// `(x, gamma, beta)` of [`crate::layer_norm`].
@@ -505,7 +510,7 @@ impl Backward<Flex, 3> for NormBackward {
 
 /// `[∂x, ∂γ, ∂β]` from the saved state and the incoming gradient `dy`: rows in parallel
 /// tasks of [`NORM_ROWS`], `∂γ` and `∂β` summed per task and then in task order.
-fn layer_norm_backward(state: NormState, dy: FlexTensor) -> [(Vec<f32>, Shape); 3] {
+fn layer_norm_backward(state: NormState, dy: FlexTensor) -> [FlexTensor; 3] {
     let NormState { x_hat, r, gamma } = state;
     let (dys, x_hat_v, g) = (values(&dy), values(&x_hat), values(&gamma));
     let d = g.len();
@@ -531,8 +536,8 @@ fn layer_norm_backward(state: NormState, dy: FlexTensor) -> [(Vec<f32>, Shape); 
     }
     let shape = x_hat.layout().shape().clone();
     [
-        (dx, shape),
-        (d_gamma, Shape::new([d])),
-        (d_beta, Shape::new([d])),
+        flex_tensor(dx, shape),
+        flex_tensor(d_gamma, [d]),
+        flex_tensor(d_beta, [d]),
     ]
 }
