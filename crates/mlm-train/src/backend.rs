@@ -20,9 +20,10 @@ pub enum BackendKind {
     /// burn-wgpu on the default GPU adapter (cargo feature `wgpu`); on a machine without
     /// a GPU that is Mesa's lavapipe, a CPU implementation of Vulkan.
     Wgpu,
-    /// burn-cuda on the first NVIDIA GPU (cargo feature `cuda`): CubeCL's CUDA runtime. The
-    /// feature builds without a GPU or the CUDA toolkit; without a device, `--backend cuda`
-    /// is an error at run time.
+    /// burn-cuda on an NVIDIA GPU (cargo feature `cuda`): CubeCL's CUDA runtime, on the
+    /// first GPU, or under an MPI launcher on the GPU at the process's local rank
+    /// ([`cuda_ordinal`]). The feature builds without a GPU or the CUDA toolkit; without a
+    /// device, `--backend cuda` is an error at run time.
     Cuda,
 }
 
@@ -168,7 +169,14 @@ impl BackendKind {
             #[cfg(feature = "wgpu")]
             Self::Wgpu => Ok(opened(self, Device::wgpu(Default::default()))),
             #[cfg(feature = "cuda")]
-            Self::Cuda => cuda::check_driver().map(|()| opened(self, Device::cuda(0))),
+            Self::Cuda => {
+                let devices = cuda::check_driver()?;
+                let local_rank = launcher_local_rank(|name| std::env::var(name).ok());
+                Ok(opened(
+                    self,
+                    Device::cuda(cuda_ordinal(local_rank, devices)?),
+                ))
+            }
             #[allow(unreachable_patterns)]
             other => Err(ConfigError::NotBuilt {
                 what: format!("--backend {}", other.name()),
@@ -177,6 +185,45 @@ impl BackendKind {
             .into()),
         }
     }
+}
+
+/// The environment variables in which launchers give a process its place among the
+/// processes of the run on its own machine (its local rank): Open MPI's `mpirun`, Slurm's
+/// `srun`, MPICH's Hydra, torchrun.
+pub const LAUNCHER_LOCAL_RANK: [&str; 4] = [
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "SLURM_LOCALID",
+    "MPI_LOCALRANKID",
+    "LOCAL_RANK",
+];
+
+/// This process's local rank as a launcher announced it (`var` reads a variable): the first
+/// of [`LAUNCHER_LOCAL_RANK`] that holds a number; `None` outside a launcher.
+pub fn launcher_local_rank(var: impl Fn(&str) -> Option<String>) -> Option<usize> {
+    LAUNCHER_LOCAL_RANK
+        .iter()
+        .find_map(|name| var(name)?.trim().parse().ok())
+}
+
+/// The CUDA device (ordinal) of a process with this local rank on a machine with `devices`
+/// GPUs: one GPU per process, as torchrun's `LOCAL_RANK` convention has it; the first GPU
+/// outside a launcher.
+///
+/// # Errors
+/// [`ConfigError`] if the local rank has no GPU of its own (more processes on this machine
+/// than GPUs): two processes on one GPU would run, but slower than one, and silently.
+pub fn cuda_ordinal(local_rank: Option<usize>, devices: usize) -> Result<usize, ConfigError> {
+    let local_rank = local_rank.unwrap_or(0);
+    ConfigError::check(
+        "--backend",
+        "cuda",
+        local_rank < devices,
+        format!(
+            "needs a GPU per process on each machine: local rank {local_rank} finds {devices} \
+             CUDA device(s) here; start at most {devices} process(es) per machine"
+        ),
+    )?;
+    Ok(local_rank)
 }
 
 /// `device`, after recording what it says it is (once per backend).
@@ -200,11 +247,11 @@ fn opened(kind: BackendKind, device: Device) -> Device {
 mod cuda {
     use crate::error::{ConfigError, TrainError};
 
-    /// Whether the CUDA driver is here and sees a device.
+    /// How many CUDA devices the driver here sees (at least 1).
     ///
     /// # Errors
     /// [`ConfigError`] if this machine has no CUDA driver (`libcuda.so`) or no device.
-    pub(super) fn check_driver() -> Result<(), TrainError> {
+    pub(super) fn check_driver() -> Result<usize, TrainError> {
         let none = |why: String| TrainError::Config(ConfigError::value("--backend", "cuda", why));
         // SAFETY: only loads the driver library, if present, and looks it up.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
@@ -218,6 +265,52 @@ mod cuda {
         if count < 1 {
             return Err(none("finds a CUDA driver that sees no device".into()));
         }
-        Ok(())
+        Ok(count as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_local_rank_comes_from_the_first_launcher_variable_that_holds_a_number() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(launcher_local_rank(env(&[])), None);
+        assert_eq!(launcher_local_rank(env(&[("SLURM_LOCALID", "3")])), Some(3));
+        assert_eq!(
+            launcher_local_rank(env(&[
+                ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+                ("LOCAL_RANK", "5")
+            ])),
+            Some(1)
+        );
+        assert_eq!(
+            launcher_local_rank(env(&[
+                ("OMPI_COMM_WORLD_LOCAL_RANK", "x"),
+                ("LOCAL_RANK", "5")
+            ])),
+            Some(5)
+        );
+    }
+
+    #[test]
+    fn each_process_on_a_machine_gets_a_gpu_of_its_own_or_an_error() {
+        assert_eq!(cuda_ordinal(None, 1).unwrap(), 0);
+        assert_eq!(cuda_ordinal(Some(0), 4).unwrap(), 0);
+        assert_eq!(cuda_ordinal(Some(3), 4).unwrap(), 3);
+        let error = cuda_ordinal(Some(2), 2).unwrap_err().to_string();
+        assert!(
+            error.contains("local rank 2 finds 2 CUDA device(s)"),
+            "{error}"
+        );
+        assert!(error.contains("--backend"), "{error}");
     }
 }
