@@ -171,7 +171,7 @@ impl BackendKind {
             #[cfg(feature = "cuda")]
             Self::Cuda => {
                 let devices = cuda::check_driver()?;
-                let local_rank = launcher_local_rank(|name| std::env::var(name).ok());
+                let local_rank = crate::launcher::local_rank(|name| std::env::var(name).ok());
                 Ok(opened(
                     self,
                     Device::cuda(cuda_ordinal(local_rank, devices)?),
@@ -185,24 +185,6 @@ impl BackendKind {
             .into()),
         }
     }
-}
-
-/// The environment variables in which launchers give a process its place among the
-/// processes of the run on its own machine (its local rank): Open MPI's `mpirun`, Slurm's
-/// `srun`, MPICH's Hydra, torchrun.
-pub const LAUNCHER_LOCAL_RANK: [&str; 4] = [
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "SLURM_LOCALID",
-    "MPI_LOCALRANKID",
-    "LOCAL_RANK",
-];
-
-/// This process's local rank as a launcher announced it (`var` reads a variable): the first
-/// of [`LAUNCHER_LOCAL_RANK`] that holds a number; `None` outside a launcher.
-pub fn launcher_local_rank(var: impl Fn(&str) -> Option<String>) -> Option<usize> {
-    LAUNCHER_LOCAL_RANK
-        .iter()
-        .find_map(|name| var(name)?.trim().parse().ok())
 }
 
 /// The CUDA device (ordinal) of a process with this local rank on a machine with `devices`
@@ -272,34 +254,6 @@ mod cuda {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_local_rank_comes_from_the_first_launcher_variable_that_holds_a_number() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == name)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
-        assert_eq!(launcher_local_rank(env(&[])), None);
-        assert_eq!(launcher_local_rank(env(&[("SLURM_LOCALID", "3")])), Some(3));
-        assert_eq!(
-            launcher_local_rank(env(&[
-                ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
-                ("LOCAL_RANK", "5")
-            ])),
-            Some(1)
-        );
-        assert_eq!(
-            launcher_local_rank(env(&[
-                ("OMPI_COMM_WORLD_LOCAL_RANK", "x"),
-                ("LOCAL_RANK", "5")
-            ])),
-            Some(5)
-        );
-    }
 
     #[test]
     fn each_process_on_a_machine_gets_a_gpu_of_its_own_or_an_error() {

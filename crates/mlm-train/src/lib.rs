@@ -18,8 +18,10 @@
 // dependencies point one way (docs/ARCHITECTURE.md; scripts/check-architecture.sh checks
 // it). Blank lines keep rustfmt from sorting across the order.
 
-// The ground: durations and seeds, then errors, then files and the backend by name.
+// The ground: durations, seeds and what a launcher says, then errors, then files and the
+// backend by name.
 pub mod duration;
+pub mod launcher;
 pub mod seed;
 
 pub mod error;

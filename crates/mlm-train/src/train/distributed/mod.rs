@@ -32,11 +32,6 @@ use crate::train::sync::Rank;
 /// convention of `timeout(1)`.
 pub const TIMED_OUT: u8 = 124;
 
-/// The environment variables in which launchers announce the number of processes they
-/// started: Open MPI's `mpirun`, MPICH's Hydra (and Slurm's PMI-2), Slurm's `srun`.
-pub const LAUNCHER_WORLD_SIZE: [&str; 3] =
-    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"];
-
 /// This process's part in a data-parallel run that an MPI launcher started.
 pub struct ProcessGroup {
     /// This process, `0..world_size` (MPI's rank in `MPI_COMM_WORLD`); rank 0 writes the run.
@@ -49,14 +44,6 @@ pub struct ProcessGroup {
     pub timeout: Duration,
     #[cfg(feature = "mpi")]
     universe: mpi::environment::Universe,
-}
-
-/// The world size a launcher announced in the environment (`var` reads a variable), if
-/// any: the first of [`LAUNCHER_WORLD_SIZE`] that holds a number.
-pub fn launcher_world_size(var: impl Fn(&str) -> Option<String>) -> Option<usize> {
-    LAUNCHER_WORLD_SIZE
-        .iter()
-        .find_map(|name| var(name)?.trim().parse().ok())
 }
 
 /// Whether a process that a launcher announced as one of `announced` processes joins an MPI
@@ -85,7 +72,7 @@ impl ProcessGroup {
     /// [`ConfigError`] for a zero `timeout`, and, in a build without the `mpi`
     /// feature, for a launcher's world of 2 or more ([`joins_world`]).
     pub fn from_launcher(timeout: Duration) -> Result<Option<Self>, TrainError> {
-        let announced = launcher_world_size(|name| std::env::var(name).ok());
+        let announced = crate::launcher::world_size(|name| std::env::var(name).ok());
         if !joins_world(announced, cfg!(feature = "mpi"))? {
             return Ok(None);
         }
@@ -169,28 +156,6 @@ impl ProcessGroup {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_launchers_world_size_comes_from_the_first_variable_that_holds_a_number() {
-        let env = |pairs: &'static [(&str, &str)]| {
-            move |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == name)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
-        assert_eq!(launcher_world_size(env(&[])), None);
-        assert_eq!(
-            launcher_world_size(env(&[("OMPI_COMM_WORLD_SIZE", "4")])),
-            Some(4)
-        );
-        assert_eq!(
-            launcher_world_size(env(&[("SLURM_STEP_NUM_TASKS", "8"), ("PMI_SIZE", "x")])),
-            Some(8)
-        );
-        assert_eq!(launcher_world_size(env(&[("PMI_SIZE", " 2\n")])), Some(2));
-    }
 
     #[test]
     fn a_launchers_world_is_joined_only_by_a_build_with_mpi() {
