@@ -278,7 +278,8 @@ pub enum ConfigError {
     /// A backend or a way of running that this build does not have.
     #[error(
         "{what}, but this mlm-train was built without the `{feature}` feature: rebuild it with \
-         `cargo build --release -p mlm-train --features {feature}`"
+         `cargo build --release -p mlm-train --features {}`",
+        features_with(feature)
     )]
     NotBuilt {
         /// What was asked for.
@@ -343,5 +344,55 @@ impl ConfigError {
             path: path.to_path_buf(),
             reason: reason.into(),
         }
+    }
+}
+
+/// The `--features` of a build with this build's optional features and `missing` (last), so
+/// that the rebuild a [`ConfigError::NotBuilt`] asks for keeps what this one has (an `mpi`
+/// build told to add `cuda` is told `--features mpi,cuda`).
+fn features_with(missing: &str) -> String {
+    let built = [
+        ("ndarray", cfg!(feature = "ndarray")),
+        ("wgpu", cfg!(feature = "wgpu")),
+        ("cuda", cfg!(feature = "cuda")),
+        ("mpi", cfg!(feature = "mpi")),
+    ];
+    let mut features: Vec<&str> = built
+        .iter()
+        .filter(|(name, on)| *on && *name != missing)
+        .map(|(name, _)| *name)
+        .collect();
+    features.push(missing);
+    features.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rebuild_keeps_the_features_this_build_has() {
+        let message = ConfigError::NotBuilt {
+            what: "--backend cuda".into(),
+            feature: "cuda",
+        }
+        .to_string();
+        let features = message
+            .rsplit("--features ")
+            .next()
+            .unwrap()
+            .trim_end_matches('`');
+        let features: Vec<&str> = features.split(',').collect();
+        assert_eq!(features.last(), Some(&"cuda"), "{message}");
+        assert_eq!(
+            features.contains(&"mpi"),
+            cfg!(feature = "mpi"),
+            "{message}"
+        );
+        assert_eq!(
+            features.contains(&"wgpu"),
+            cfg!(feature = "wgpu"),
+            "{message}"
+        );
     }
 }
