@@ -361,7 +361,7 @@ mod under_mpirun {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{stderr}");
         assert!(
-            stderr.contains("error: data-parallel run: the ranks disagree on the settings"),
+            stderr.contains("error: data-parallel run: the ranks disagree on the setting `seed`"),
             "{stderr}"
         );
         assert!(!run.exists(), "a run that never trained leaves no folder");

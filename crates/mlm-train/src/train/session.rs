@@ -256,33 +256,42 @@ fn run(
 }
 
 /// What every rank of a data-parallel run must share before its first step: the step, the
-/// number of training sequences, and hashes of the settings (`config.json` less the paths,
-/// which may differ between machines) and of the vocabulary. Each hash goes as four 16-bit
-/// pieces (`MpiSum::check_agreement`).
+/// number of training sequences, a hash of each setting (`config.json` less the paths, which
+/// may differ between machines), so that a disagreement names its setting, and a hash of
+/// the vocabulary. Each hash goes as four 16-bit pieces (`MpiSum::check_agreement`).
 fn start_facts(
     config: &TrainConfig,
     tokenizer: &WordPieceTokenizer,
     n_sequences: usize,
     step: usize,
-) -> Result<Vec<(&'static str, f64)>, TrainError> {
+) -> Result<Vec<(String, f64)>, TrainError> {
     let mut settings = config.clone();
     (settings.corpus, settings.tokenizer) = (PathBuf::new(), None);
-    let settings = serde_json::to_string(&settings).expect("a TrainConfig is JSON");
+    let serde_json::Value::Object(settings) =
+        serde_json::to_value(&settings).expect("a TrainConfig is JSON")
+    else {
+        unreachable!("a TrainConfig is a JSON object")
+    };
+    let hashed = settings
+        .iter()
+        .map(|(key, value)| (format!("the setting `{key}` (a hash)"), value.to_string()))
+        .chain([(
+            "the vocabulary (a hash)".to_string(),
+            tokenizer.vocab()?.join("\n"),
+        )]);
     let mut facts = vec![
-        ("the step to start from", step as f64),
-        ("the number of training sequences", n_sequences as f64),
+        ("the step to start from".to_string(), step as f64),
+        (
+            "the number of training sequences".to_string(),
+            n_sequences as f64,
+        ),
     ];
-    for (name, text) in [
-        ("the settings (a hash)", settings),
-        ("the vocabulary (a hash)", tokenizer.vocab()?.join("\n")),
-    ] {
+    for (name, text) in hashed {
         let digest = Sha256::digest(text.as_bytes());
-        facts.extend(
-            digest
-                .chunks(2)
-                .take(4)
-                .map(|piece| (name, f64::from(u16::from_le_bytes([piece[0], piece[1]])))),
-        );
+        facts.extend(digest.chunks(2).take(4).map(|piece| {
+            let piece = u16::from_le_bytes([piece[0], piece[1]]);
+            (name.clone(), f64::from(piece))
+        }));
     }
     Ok(facts)
 }

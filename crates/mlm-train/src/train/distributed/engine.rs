@@ -28,7 +28,7 @@ impl ProcessGroup {
     /// [`TIMED_OUT`](super::TIMED_OUT).
     ///
     /// [`Trainer::with_ranks`]: crate::train::trainer::Trainer::with_ranks
-    pub fn join(&self, facts: &[(&str, f64)]) -> Result<Box<dyn GradientSync>, TrainError> {
+    pub fn join(&self, facts: &[(String, f64)]) -> Result<Box<dyn GradientSync>, TrainError> {
         let sum = MpiSum {
             world: self.universe.world(),
             watchdog: Watchdog::start(self.timeout, self.rank),
@@ -73,7 +73,7 @@ impl MpiSum {
     ///
     /// # Errors
     /// [`TrainError::Collective`] naming the first fact on which the ranks disagree.
-    pub fn check_agreement(&self, facts: &[(&str, f64)]) -> Result<(), TrainError> {
+    pub fn check_agreement(&self, facts: &[(String, f64)]) -> Result<(), TrainError> {
         let mine: Vec<f64> = facts.iter().map(|(_, value)| *value).collect();
         let what = "the start-up check";
         let low = self.reduce(&mine, SystemOperation::min(), what);

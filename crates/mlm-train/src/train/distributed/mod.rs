@@ -116,7 +116,7 @@ impl ProcessGroup {
     #[cfg(not(feature = "mpi"))]
     pub fn join(
         &self,
-        _facts: &[(&str, f64)],
+        _facts: &[(String, f64)],
     ) -> Result<Box<dyn crate::train::sync::GradientSync>, TrainError> {
         Err(ConfigError::NotBuilt {
             what: "a data-parallel run".into(),
