@@ -24,7 +24,7 @@ use burn::tensor::{Int, Tensor};
 use burn_train::metric::{AccuracyMetric, LossMetric, PerplexityMetric};
 use burn_train::{InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep};
 use mlm_core::learner::{MlmBatch, MlmBatcher, MlmOutput};
-use mlm_core::{MlmHead, MlmHeadConfig, masked_cross_entropy_with_labels};
+use mlm_core::{MaskedCrossEntropy, MlmHead, MlmHeadConfig};
 use mlm_train::data::Masking;
 use mlm_train::data::{fetch_corpus, prepare};
 
@@ -73,15 +73,12 @@ impl MyEncoderForMlm {
         );
         let logits = self
             .head
-            .forward_masked(
-                hidden,
-                batch.masked_positions,
-                Some(self.tokens.weight.val()),
-            )
+            .forward_targets(hidden, &batch.targets, Some(self.tokens.weight.val()))
             .expect("the head is tied to the token embeddings");
-        let loss = masked_cross_entropy_with_labels(logits.clone(), batch.targets.clone())
-            .expect("targets come from the vocabulary");
-        MlmOutput::new(logits, batch.targets, &loss)
+        let loss = MaskedCrossEntropy::default()
+            .forward_targets(logits.clone(), &batch.targets)
+            .expect("the logits fit the targets");
+        MlmOutput::new(logits, &batch.targets, &loss)
     }
 }
 
@@ -142,7 +139,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     fetch_corpus(&corpus)?;
     let data = prepare(&corpus, None, 8192, SEQ_LEN, 50)?;
     let masker = data.tokenizer.masker(0.15, Masking::Token, SEED)?;
-    let batcher = MlmBatcher::new(masker, data.tokenizer.pad_id)?;
+    let batcher = MlmBatcher::new(masker);
 
     let device = Device::flex();
     device.seed(SEED);

@@ -10,7 +10,5 @@
 pub use mlm_core as core;
 pub use mlm_train as train;
 
-/// The README's code, compiled as doctests so that it cannot drift from the API.
-#[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-struct Readme;
+// The README's Rust program lives in crates/mlm-core/README.md, mlm-core's front page, where
+// it is a doctest of the crate it uses.

@@ -197,7 +197,7 @@ fn first_loss(device: &Device) -> f32 {
             .collect(),
     ];
     let chunk: Vec<&[u32]> = sequences.iter().map(Vec::as_slice).collect();
-    let mut masker = MaskingConfig::new(300, 4, vec![0, 1, 2, 3, 4])
+    let mut masker = MaskingConfig::new(300, 4, 0, vec![1, 2, 3])
         .with_mlm_probability(0.3)
         .init()
         .unwrap();

@@ -14,7 +14,7 @@ use burn::tensor::{Device, Int, Tensor};
 use burn_train::metric::{AccuracyMetric, LossMetric, PerplexityMetric};
 use burn_train::{InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep};
 use mlm_core::learner::{MlmBatch, MlmBatcher, MlmOutput};
-use mlm_core::{MaskingConfig, MlmHead, MlmHeadConfig, masked_cross_entropy_with_labels};
+use mlm_core::{MaskedCrossEntropy, MaskingConfig, MlmHead, MlmHeadConfig};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -47,11 +47,12 @@ impl TinyMlm {
         let tied = Some(self.embedding.weight.val());
         let logits = self
             .head
-            .forward_masked(hidden, batch.masked_positions, tied)
+            .forward_targets(hidden, &batch.targets, tied)
             .expect("the head fits the embedding");
-        let loss = masked_cross_entropy_with_labels(logits.clone(), batch.targets.clone())
-            .expect("targets are in the vocabulary");
-        MlmOutput::new(logits, batch.targets, &loss)
+        let loss = MaskedCrossEntropy::default()
+            .forward_targets(logits.clone(), &batch.targets)
+            .expect("the logits fit the targets");
+        MlmOutput::new(logits, &batch.targets, &loss)
     }
 }
 
@@ -101,11 +102,11 @@ fn sequences(count: usize, seed: u64) -> Vec<Vec<u32>> {
 }
 
 fn batcher() -> MlmBatcher {
-    let masker = MaskingConfig::new(VOCAB, MASK, [PAD].into_iter().chain(SPECIALS).collect())
+    let masker = MaskingConfig::new(VOCAB, MASK, PAD, SPECIALS.to_vec())
         .with_seed(7)
         .init()
         .expect("a valid masking configuration");
-    MlmBatcher::new(masker, PAD).expect("[PAD] is in the vocabulary")
+    MlmBatcher::new(masker)
 }
 
 fn loader(
@@ -139,8 +140,8 @@ fn host_batches(loader: &Arc<dyn DataLoader<MlmBatch>>) -> Vec<Vec<Vec<i64>>> {
             let b = b.expect("a batch");
             vec![
                 ints(b.input_ids.flatten(0, 1)),
-                ints(b.masked_positions),
-                ints(b.targets),
+                ints(b.targets.positions().clone()),
+                ints(b.targets.targets().clone()),
             ]
         })
         .collect();
@@ -230,13 +231,15 @@ fn learner_epochs_lower_the_loss_and_its_metrics_are_the_global_ones() {
         let batch = batch.expect("a batch");
         let logits = model
             .head
-            .forward_masked(
+            .forward_targets(
                 model.embedding.forward(batch.input_ids),
-                batch.masked_positions,
+                &batch.targets,
                 Some(model.embedding.weight.val()),
             )
             .unwrap();
-        let loss = masked_cross_entropy_with_labels(logits, batch.targets).unwrap();
+        let loss = MaskedCrossEntropy::default()
+            .forward_targets(logits, &batch.targets)
+            .unwrap();
         loss_sum += loss.loss_sum.into_scalar::<f64>();
         n_masked += loss.n_graded;
         n_correct += loss.n_correct.into_scalar::<i64>() as usize;

@@ -39,17 +39,18 @@ impl Bytes<'_> {
 
 /// The masker on arbitrary ids and configurations.
 ///
-/// Layout: vocab, mask id, specials, three probabilities, bounds, whole-word flag, seed,
+/// Layout: vocab, mask id, pad id, specials, three probabilities, bounds, whole-word flag, seed,
 /// then sequences separated by `0xff` (ids taken modulo `vocab + 1`, so some are out of range).
 pub fn masker(data: &[u8]) {
     let mut bytes = Bytes(data);
     let vocab = usize::from(bytes.byte() % 64);
     let mask_id = u32::from(bytes.byte()) % (vocab as u32 + 2);
+    let pad_id = u32::from(bytes.byte()) % (vocab as u32 + 2);
     let specials: Vec<u32> = (0..bytes.byte() % 6)
         .map(|_| u32::from(bytes.byte()) % (vocab as u32 + 2))
         .collect();
     let flags = bytes.byte();
-    let config = MaskingConfig::new(vocab, mask_id, specials.clone())
+    let config = MaskingConfig::new(vocab, mask_id, pad_id, specials.clone())
         .with_mlm_probability(bytes.probability())
         .with_mask_replace_prob(bytes.probability())
         .with_random_replace_prob(bytes.probability())
@@ -77,7 +78,7 @@ pub fn masker(data: &[u8]) {
             .iter()
             .any(|p| !(0.0..=1.0).contains(p))
                 || config.mask_replace_prob + config.random_replace_prob > 1.0;
-            let bad_id = mask_id as usize >= vocab || specials.iter().any(|&s| s as usize >= vocab);
+            let bad_id = [mask_id, pad_id].iter().chain(&specials).any(|&s| s as usize >= vocab);
             let bad_bounds = config
                 .max_predictions_per_seq
                 .is_some_and(|max| config.min_predictions_per_seq > max);
@@ -116,7 +117,7 @@ pub fn masker(data: &[u8]) {
         Err(error) => panic!("valid batch refused: {error}"),
     };
     assert!(!out_of_range, "an out-of-vocabulary id was accepted");
-    let special = |id: u32| id == mask_id || specials.contains(&id);
+    let special = |id: u32| id == mask_id || id == pad_id || specials.contains(&id);
     assert_eq!(batch.input_ids.len(), sequences.len());
     for (s, ids) in sequences.iter().enumerate() {
         assert_eq!(batch.input_ids[s].len(), ids.len());

@@ -22,10 +22,52 @@ pub enum MlmError {
         vocab_size: usize,
     },
 
+    /// A masked target of [`crate::MaskedTargets`] is not a token id in `[0, vocab_size)`.
+    /// Unlike a label, a target is always graded: the ignore index `-100` has no place here.
+    #[error(
+        "masked target {target} at flat position {position} is not a token id in [0, {vocab_size}): targets are graded positions only (the ignore index -100 belongs in HF-style labels)"
+    )]
+    TargetOutOfRange {
+        /// The flat position `b * seq + s` the target belongs to.
+        position: i64,
+        /// The offending target.
+        target: i64,
+        /// Size of the vocabulary the targets are checked against.
+        vocab_size: usize,
+    },
+
+    /// A flat masked position is listed twice: two logits rows would grade one token.
+    #[error(
+        "masked position {position} is listed twice: each position is graded once (positions computed with a seq_len shorter than a sequence alias rows)"
+    )]
+    DuplicatePosition {
+        /// The repeated flat position `b * seq + s`.
+        position: i64,
+    },
+
+    /// A sequence is longer than the `seq_len` its flat positions `b * seq_len + s` are
+    /// computed with, so they would run into the next sequence's rows.
+    #[error(
+        "sequence {sequence} has {length} tokens, more than seq_len = {seq_len}: flat positions would alias the next sequence's rows (pass the padded length of your encoder's hidden states)"
+    )]
+    SequenceLongerThanSeqLen {
+        /// Index of the sequence in the batch.
+        sequence: usize,
+        /// Its number of tokens.
+        length: usize,
+        /// The `seq_len` that was passed.
+        seq_len: usize,
+    },
+
+    /// `backward` was asked of a loss that autodiff does not track.
+    #[error("cannot compute gradients: {0}")]
+    NotDifferentiable(&'static str),
+
     /// Two tensors (or a tensor and a configuration) disagree on a shape.
     #[error("shape mismatch for {what}: expected {expected}, got {actual:?}")]
     ShapeMismatch {
-        /// Which argument has the wrong shape.
+        /// Which argument has the wrong shape: its parameter name (`hidden`, `targets`,
+        /// `tied`, `logits`, …), with what it was compared to where that helps.
         what: &'static str,
         /// The expected shape, in words (e.g. `[.., d_model = 16]`).
         expected: String,

@@ -6,9 +6,11 @@
 //! bias `b [vocab]`. Source: BERT (Devlin et al. 2019, §3.1 and the released code's
 //! `get_masked_lm_output`); weight tying: Press & Wolf 2017.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use burn::config::Config;
 use burn::module::{Initializer, Module, Param};
-use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::Device;
 use burn::tensor::{Int, Tensor};
 
@@ -71,6 +73,10 @@ pub fn layer_norm<const D: usize>(
     centered / (variance + epsilon).sqrt() * gamma.reshape(row) + beta.reshape(row)
 }
 
+/// The spread of starting logits above which a tied weight is taken for an unscaled
+/// initialisation ([`MlmHead::tied_scale_warning`]).
+const TIED_LOGIT_SPREAD_LIMIT: f64 = 4.0;
+
 /// Configuration of an [`MlmHead`], built with [`MlmHeadConfig::init`].
 #[derive(Config, Debug)]
 pub struct MlmHeadConfig {
@@ -110,6 +116,20 @@ impl MlmHeadTransform {
 
 /// The masked-language-model head: hidden states `[..., d_model]` → logits `[..., vocab]`.
 ///
+/// # Example
+/// ```
+/// use burn::tensor::{Device, Tensor};
+/// use mlm_core::MlmHeadConfig;
+///
+/// let device = Device::flex();
+/// let config = MlmHeadConfig::new(16, 50); // d_model 16, vocab 50, tied by default
+/// let (head, embedding) = (config.init(&device), config.init_tied_embedding(&device));
+/// let hidden = Tensor::<3>::zeros([2, 5, 16], &device); // [batch, seq, d_model]
+/// let logits = head.forward(hidden, Some(embedding.weight.val()))?;
+/// assert_eq!(logits.dims(), [2, 5, 50]);
+/// # Ok::<(), mlm_core::MlmError>(())
+/// ```
+///
 /// Build it with [`MlmHeadConfig::init`]. With `tie_word_embeddings` the decoder is the
 /// token-embedding weight you pass to [`forward`](Self::forward): pass the embedding's own
 /// parameter (`embedding.weight.val()`) so that the gradients of both uses add up in one
@@ -127,6 +147,19 @@ pub struct MlmHead {
 }
 
 impl MlmHeadConfig {
+    /// A token embedding `[vocab_size, d_model]` to tie this head to, initialised with the
+    /// head's `initializer` (BERT: N(0, 0.02), as Hugging Face's `_init_weights`).
+    ///
+    /// Use it, or give your own `EmbeddingConfig` the same initializer: burn-nn's
+    /// `EmbeddingConfig` draws N(0, 1), and a tied decoder of that scale starts the loss far
+    /// above `ln(vocab_size)`, since the transform's LayerNorm gives rows of unit variance and
+    /// the logits then spread by `√d_model`. [`MlmHead::forward`] warns once when it meets such a weight.
+    pub fn init_tied_embedding(&self, device: &Device) -> Embedding {
+        EmbeddingConfig::new(self.vocab_size, self.d_model)
+            .with_initializer(self.initializer.clone())
+            .init(device)
+    }
+
     /// Builds the head on `device`.
     ///
     /// # Panics
@@ -198,7 +231,7 @@ impl MlmHead {
         let hidden_dims = hidden.dims();
         if D < 2 || hidden_dims[D - 1] != self.d_model {
             return Err(MlmError::ShapeMismatch {
-                what: "hidden states",
+                what: "hidden",
                 expected: format!("[.., d_model = {}] of rank >= 2", self.d_model),
                 actual: hidden_dims.to_vec(),
             });
@@ -257,25 +290,30 @@ impl MlmHead {
     /// - output: `[n_masked, vocab]`, row `i` for `targets.positions()[i]`
     ///
     /// # Errors
-    /// As [`forward`](Self::forward), and [`MlmError::ShapeMismatch`] if `batch * seq` is not
-    /// the row count `targets` was checked against, or `targets` was checked against another
-    /// vocabulary.
+    /// As [`forward`](Self::forward); [`MlmError::ShapeMismatch`] naming `hidden` if
+    /// `batch * seq` is not the row count `targets` was checked against or `d_model` is not
+    /// the head's, naming `targets` if they were checked against another vocabulary.
     pub fn forward_targets(
         &self,
         hidden: Tensor<3>,
         targets: &MaskedTargets,
         tied: Option<Tensor<2>>,
     ) -> Result<Tensor<2>, MlmError> {
-        let [batch, seq, d_model] = hidden.dims();
-        if batch * seq != targets.n_rows() || targets.vocab_size() != self.vocab_size {
+        if targets.vocab_size() != self.vocab_size {
             return Err(MlmError::ShapeMismatch {
-                what: "hidden states for the masked targets",
+                what: "targets (the vocabulary they were checked against)",
+                expected: format!("vocab_size = {}, the head's", self.vocab_size),
+                actual: vec![targets.vocab_size()],
+            });
+        }
+        let [batch, seq, d_model] = hidden.dims();
+        if batch * seq != targets.n_rows() || d_model != self.d_model {
+            return Err(MlmError::ShapeMismatch {
+                what: "hidden",
                 expected: format!(
-                    "[batch, seq, d_model] with batch * seq = {} rows, vocab {} (the targets'), \
-                     for a head of vocab {}",
-                    targets.n_rows(),
-                    targets.vocab_size(),
-                    self.vocab_size
+                    "[batch, seq, d_model = {}] with batch * seq = {}, the rows the targets index",
+                    self.d_model,
+                    targets.n_rows()
                 ),
                 actual: vec![batch, seq, d_model],
             });
@@ -308,6 +346,43 @@ impl MlmHead {
         self.forward(rows.select(0, positions), tied)
     }
 
+    /// Why decoding with the tied weight `tied` `[vocab, d_model]` would start the loss far
+    /// above `ln(vocab_size)`, if it would: when its entries' root mean square `r` gives
+    /// logits that spread by `r · √d_model` > 4 (the transform's LayerNorm hands the decoder
+    /// rows of unit variance; a loss then starts at least ~8 nats above `ln(vocab_size)`).
+    /// BERT's N(0, 0.02) at `d_model` 768 spreads by 0.55; burn-nn's default N(0, 1)
+    /// embedding at `d_model` 64 by 8.
+    ///
+    /// Reads one scalar back from the device. [`forward`](Self::forward) calls it on the
+    /// first tied weight it meets in a process and prints the answer to stderr.
+    pub fn tied_scale_warning(&self, tied: &Tensor<2>) -> Option<String> {
+        let mean_square = tied.clone().inner().square().mean().into_scalar::<f64>();
+        let spread = (mean_square * self.d_model as f64).sqrt();
+        (spread > TIED_LOGIT_SPREAD_LIMIT).then(|| {
+            format!(
+                "the tied decoder weight has entries of root mean square {:.3}: at d_model = {} \
+                 the logits spread by {spread:.1} and the loss starts far above \
+                 ln(vocab_size) = {:.2}. burn-nn's EmbeddingConfig draws N(0, 1); initialise \
+                 the embedding as BERT does, N(0, 0.02), with \
+                 MlmHeadConfig::init_tied_embedding or EmbeddingConfig::with_initializer",
+                mean_square.sqrt(),
+                self.d_model,
+                (self.vocab_size as f64).ln()
+            )
+        })
+    }
+
+    /// Prints [`tied_scale_warning`](Self::tied_scale_warning) for the first tied weight of
+    /// the process, once: a single device read, never one per step.
+    fn warn_once_on_tied_scale(&self, tied: &Tensor<2>) {
+        static CHECKED: AtomicBool = AtomicBool::new(false);
+        if !CHECKED.swap(true, Ordering::Relaxed)
+            && let Some(warning) = self.tied_scale_warning(tied)
+        {
+            eprintln!("mlm-core warning: {warning}");
+        }
+    }
+
     fn decoder_weight(&self, tied: Option<Tensor<2>>) -> Result<Tensor<2>, MlmError> {
         match (&self.decoder, tied) {
             (Some(own), None) => Ok(own.val()),
@@ -315,7 +390,7 @@ impl MlmHead {
                 let dims = tied.dims();
                 if dims != [self.vocab_size, self.d_model] {
                     return Err(MlmError::ShapeMismatch {
-                        what: "tied decoder weight",
+                        what: "tied (the decoder weight)",
                         expected: format!(
                             "[vocab = {}, d_model = {}]",
                             self.vocab_size, self.d_model
@@ -323,6 +398,7 @@ impl MlmHead {
                         actual: dims.to_vec(),
                     });
                 }
+                self.warn_once_on_tied_scale(&tied);
                 Ok(tied)
             }
             (None, None) => Err(MlmError::DecoderWeight(

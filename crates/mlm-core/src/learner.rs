@@ -16,7 +16,7 @@ use burn::tensor::{Bool, Device, ExecutionError, Int, Tensor, TensorData};
 use burn_train::ItemLazy;
 use burn_train::metric::{AccuracyInput, Adaptor, LossInput, PerplexityInput};
 
-use crate::{MaskedBatch, Masker, MlmError, MlmLossOutput};
+use crate::{MaskedBatch, MaskedTargets, Masker, MlmError, MlmLossOutput};
 
 /// Pads a list of token-id sequences into a batch and corrupts it with a [`Masker`]
 /// (BERT's 80/10/10, or whatever the masker is configured for): burn's [`Batcher`] for MLM.
@@ -31,27 +31,13 @@ use crate::{MaskedBatch, Masker, MlmError, MlmLossOutput};
 #[derive(Debug, Clone)]
 pub struct MlmBatcher {
     masker: Masker,
-    pad_token_id: u32,
 }
 
 impl MlmBatcher {
-    /// A batcher that corrupts with `masker` and pads with `pad_token_id`.
-    ///
-    /// # Errors
-    /// [`MlmError::TokenIdOutOfVocab`] if `pad_token_id` is not below the masker's `vocab_size`.
-    pub fn new(masker: Masker, pad_token_id: u32) -> Result<Self, MlmError> {
-        let vocab_size = masker.config().vocab_size;
-        if pad_token_id as usize >= vocab_size {
-            return Err(MlmError::TokenIdOutOfVocab {
-                name: "pad_token_id",
-                id: pad_token_id,
-                vocab_size,
-            });
-        }
-        Ok(Self {
-            masker,
-            pad_token_id,
-        })
+    /// A batcher that corrupts with `masker` and pads with its `pad_token_id`
+    /// ([`MaskingConfig::pad_token_id`](crate::MaskingConfig::pad_token_id)).
+    pub fn new(masker: Masker) -> Self {
+        Self { masker }
     }
 
     /// The corruption of `sequences`, unpadded: what [`Batcher::batch`] puts on the device.
@@ -87,13 +73,11 @@ pub struct MlmBatch {
     /// `[batch, seq]`, `true` at padding: burn-nn's `mask_pad` convention
     /// (`TransformerEncoderInput::mask_pad`).
     pub padding_mask: Tensor<2, Bool>,
-    /// Flat indices `b * seq + s` of the masked positions, `[n_masked]`, row-major order:
-    /// the `positions` of [`MlmHead::forward_masked`](crate::MlmHead::forward_masked).
-    pub masked_positions: Tensor<1, Int>,
-    /// The original token at each masked position, `[n_masked]`: the loss's targets.
-    pub targets: Tensor<1, Int>,
-    /// `n_masked`, known on the host, so that no step has to read it back from the device.
-    pub n_masked: usize,
+    /// The masked positions (flat `b * seq + s`) and their true tokens, checked on the host:
+    /// what [`MlmHead::forward_targets`](crate::MlmHead::forward_targets) and
+    /// [`MaskedCrossEntropy::forward_targets`](crate::MaskedCrossEntropy::forward_targets)
+    /// take, so that no step reads anything back from the device.
+    pub targets: MaskedTargets,
 }
 
 impl Batcher<Vec<u32>, MlmBatch> for MlmBatcher {
@@ -111,20 +95,19 @@ impl Batcher<Vec<u32>, MlmBatch> for MlmBatcher {
         for ids in &masked.input_ids {
             input_ids.extend(ids.iter().map(|&id| i64::from(id)));
             input_ids.extend(std::iter::repeat_n(
-                i64::from(self.pad_token_id),
+                i64::from(self.masker.config().pad_token_id),
                 seq - ids.len(),
             ));
             padding.extend((0..seq).map(|s| s >= ids.len()));
         }
-        let positions = masked.flat_positions(seq);
-        let targets = masked.masked_targets();
-        let n_masked = positions.len();
+        // Every sequence is padded to `seq`, so its positions cannot alias.
+        let targets = masked
+            .targets(seq, self.masker.config().vocab_size, device)
+            .unwrap_or_else(|e| panic!("MlmBatcher: {e}"));
         MlmBatch {
             input_ids: Tensor::from_data(TensorData::new(input_ids, [batch, seq]), device),
             padding_mask: Tensor::from_data(TensorData::new(padding, [batch, seq]), device),
-            masked_positions: Tensor::from_data(TensorData::new(positions, [n_masked]), device),
-            targets: Tensor::from_data(TensorData::new(targets, [n_masked]), device),
-            n_masked,
+            targets,
         }
     }
 }
@@ -154,15 +137,16 @@ pub struct MlmOutput {
 
 impl MlmOutput {
     /// The output of a step from its masked logits, their targets and the loss
-    /// ([`masked_cross_entropy`](crate::masked_cross_entropy) of the two).
+    /// ([`MaskedCrossEntropy::forward_targets`](crate::MaskedCrossEntropy::forward_targets)
+    /// of the two).
     ///
     /// # Shapes
-    /// - logits: `[n_masked, vocab]`; targets: `[n_masked]`; `loss.loss`: `[1]`.
-    pub fn new(logits: Tensor<2>, targets: Tensor<1, Int>, loss: &MlmLossOutput) -> Self {
+    /// - logits: `[n_masked, vocab]`; `targets.len()` is `n_masked`; `loss.loss`: `[1]`.
+    pub fn new(logits: Tensor<2>, targets: &MaskedTargets, loss: &MlmLossOutput) -> Self {
         Self {
             loss: loss.loss.clone(),
             logits,
-            targets,
+            targets: targets.targets().clone(),
         }
     }
 
@@ -242,10 +226,12 @@ mod tests {
         let device = Device::flex();
         let n = targets.len();
         let logits = Tensor::<2>::from_data(TensorData::new(logits, [n, vocab]), &device);
-        let targets = Tensor::from_data(TensorData::new(targets, [n]), &device);
-        let loss = crate::masked_cross_entropy_with_labels(logits.clone(), targets.clone())
+        let positions: Vec<i64> = (0..n as i64).collect();
+        let targets = MaskedTargets::new(&positions, &targets, n, vocab, &device).unwrap();
+        let loss = crate::MaskedCrossEntropy::default()
+            .forward_targets(logits.clone(), &targets)
             .expect("valid targets");
-        MlmOutput::new(logits, targets, &loss)
+        MlmOutput::new(logits, &targets, &loss)
     }
 
     fn aggregated(entry: NumericEntry) -> (f64, usize) {

@@ -1,7 +1,8 @@
-//! # mlm-core
+#![doc = include_str!("../README.md")]
 //!
-//! The masked-language-model (MLM) objective of BERT for Burn 0.22, on every device it
-//! dispatches to: the head, the loss and the input corruption, each one step of one pipeline.
+//! ## The pipeline, item by item
+//!
+//! The head, the loss and the input corruption are each one step of one pipeline:
 //!
 //! ```text
 //! token ids ──corrupt 80/10/10──▶ input ids + labels                       masking::Masker

@@ -18,7 +18,7 @@
 
 use burn::config::Config;
 use burn::module::Module;
-use burn::tensor::{Bool, DType, FloatDType, Int, Tensor, TensorData};
+use burn::tensor::{Bool, DType, FloatDType, Gradients, Int, Tensor, TensorData};
 
 use crate::fused::{CrossEntropySum, cross_entropy_sum};
 use crate::{MaskedTargets, MlmError};
@@ -54,6 +54,30 @@ pub struct MlmLossOutput {
 }
 
 impl MlmLossOutput {
+    /// The gradients of [`loss`](Self::loss): Burn's `backward`, after checking that autodiff
+    /// tracks the loss, so that a device built without `.autodiff()` gets advice that fits
+    /// (Burn's own panic suggests `Tensor::autodiff().require_grad()` on a leaf).
+    ///
+    /// # Errors
+    /// [`MlmError::NotDifferentiable`] if the loss lives on a device without autodiff, or no
+    /// tracked parameter feeds it.
+    pub fn backward(&self) -> Result<Gradients, MlmError> {
+        if !self.loss.is_autodiff() {
+            return Err(MlmError::NotDifferentiable(
+                "the loss was computed on a device without autodiff: create it with \
+                 `.autodiff()` (e.g. `Device::flex().autodiff()`) and build the model and \
+                 inputs on that device",
+            ));
+        }
+        if !self.loss.is_tracked() {
+            return Err(MlmError::NotDifferentiable(
+                "no parameter that requires a gradient feeds the loss: build the model on the \
+                 autodiff device (`Device::flex().autodiff()`), not on its inner device",
+            ));
+        }
+        Ok(self.loss.backward())
+    }
+
     /// Fraction of graded positions predicted correctly, `n_correct / n_graded` (0 when
     /// none). Reads `n_correct` back from the device.
     pub fn accuracy(&self) -> f64 {
@@ -179,7 +203,7 @@ impl MaskedCrossEntropy {
         let dims = logits.dims();
         if dims != [targets.len(), targets.vocab_size()] {
             return Err(MlmError::ShapeMismatch {
-                what: "logits of the masked targets",
+                what: "logits (one row per masked target)",
                 expected: format!(
                     "[n_masked = {}, vocab = {}]",
                     targets.len(),
@@ -317,6 +341,23 @@ pub fn masked_cross_entropy<const D: usize, const L: usize>(
 ///
 /// # Shapes
 /// - logits: `[..., vocab]`; labels: `[...]`.
+///
+/// # Example
+/// The seed's worked example: logits (2, 1, 0) for (mat, car, sky), true word mat, and a
+/// second position that is not graded.
+/// ```
+/// use burn::tensor::{Device, Int, Tensor};
+/// use mlm_core::{IGNORE_INDEX, masked_cross_entropy_with_labels};
+///
+/// let device = Device::flex();
+/// let logits = Tensor::<2>::from_floats([[2.0, 1.0, 0.0], [9.0, 0.0, 0.0]], &device);
+/// let labels = Tensor::<1, Int>::from_ints([0, IGNORE_INDEX], &device);
+/// let out = masked_cross_entropy_with_labels(logits, labels)?;
+/// // p(mat) = e² / (e² + e + 1) = 0.6652, loss = -ln 0.6652 = 0.4076, over 1 graded position.
+/// assert_eq!(out.n_graded, 1);
+/// assert!((out.loss.into_scalar::<f64>() - 0.4076).abs() < 1e-4);
+/// # Ok::<(), mlm_core::MlmError>(())
+/// ```
 ///
 /// # Errors
 /// [`MlmError::ShapeMismatch`], [`MlmError::LabelOutOfRange`]; see [`MaskedCrossEntropy::forward_labels`].

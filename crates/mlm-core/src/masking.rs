@@ -16,17 +16,43 @@ use burn::config::Config;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
-use crate::{IGNORE_INDEX, MlmError};
+use burn::tensor::Device;
+
+use crate::{IGNORE_INDEX, MaskedTargets, MlmError};
 
 /// Configuration of a [`Masker`]; [`init`](Self::init) validates it.
+///
+/// # Example
+/// ```
+/// use mlm_core::{IGNORE_INDEX, MaskingConfig};
+///
+/// // bert-base-uncased's ids: [PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103.
+/// let mut masker = MaskingConfig::new(30_522, 103, 0, vec![100, 101, 102])
+///     .with_seed(7)
+///     .init()?;
+/// let sequence = [101, 1996, 4937, 2938, 2006, 1996, 13523, 102, 0, 0];
+/// let batch = masker.mask(&[sequence.to_vec()])?;
+/// for &(_, position) in &batch.masked_positions {
+///     // Never [CLS], [SEP] or [PAD]; graded against the original token.
+///     assert!((1..7).contains(&position));
+///     assert_eq!(batch.labels[0][position], i64::from(sequence[position]));
+/// }
+/// assert_eq!(batch.labels[0][8], IGNORE_INDEX);
+/// # Ok::<(), mlm_core::MlmError>(())
+/// ```
 #[derive(Config, Debug)]
 pub struct MaskingConfig {
     /// Number of tokens in the vocabulary; every id must be below it.
     pub vocab_size: usize,
-    /// Id of the `[MASK]` token.
+    /// Id of the `[MASK]` token: never selected nor drawn, whether or not it is listed in
+    /// `special_token_ids`.
     pub mask_token_id: u32,
-    /// Ids never selected and never drawn as random replacements: `[PAD]`, `[CLS]`,
-    /// `[SEP]`, `[MASK]`, `[UNK]`, and any others (e.g. bert-base's `[unusedN]`).
+    /// Id of the `[PAD]` token: never selected nor drawn, whether or not it is listed in
+    /// `special_token_ids`. Required, so that sequences padded before masking never get
+    /// padding graded (Hugging Face's collator reads it from the tokenizer).
+    pub pad_token_id: u32,
+    /// Further ids never selected and never drawn as random replacements: `[CLS]`,
+    /// `[SEP]`, `[UNK]`, and any others (e.g. bert-base's `[unusedN]`).
     pub special_token_ids: Vec<u32>,
     /// Probability that a candidate token (or whole word) is selected for prediction.
     #[config(default = 0.15)]
@@ -65,7 +91,8 @@ impl MaskingConfig {
     /// # Errors
     /// - [`MlmError::InvalidProbability`] if a probability is not in `[0, 1]`;
     /// - [`MlmError::ReplaceProbabilitiesExceedOne`] if `mask_replace_prob + random_replace_prob > 1`;
-    /// - [`MlmError::TokenIdOutOfVocab`] if `mask_token_id` or a special id is `>= vocab_size`;
+    /// - [`MlmError::TokenIdOutOfVocab`] if `mask_token_id`, `pad_token_id` or a special id
+    ///   is `>= vocab_size`;
     /// - [`MlmError::InvalidPredictionBounds`] if `min_predictions_per_seq > max_predictions_per_seq`;
     /// - [`MlmError::VocabTooSmall`] if `vocab_size` is 0, or random replacement is on and
     ///   every id is special;
@@ -93,7 +120,12 @@ impl MaskingConfig {
                 reason: "a vocabulary needs at least the [MASK] token",
             });
         }
-        let ids = std::iter::once(("mask_token_id", self.mask_token_id)).chain(
+        let ids = [
+            ("mask_token_id", self.mask_token_id),
+            ("pad_token_id", self.pad_token_id),
+        ]
+        .into_iter()
+        .chain(
             self.special_token_ids
                 .iter()
                 .map(|&id| ("special_token_ids", id)),
@@ -249,21 +281,60 @@ pub struct MaskedBatch {
 
 impl MaskedBatch {
     /// Selected positions as flat row indices `sequence * seq_len + position` into a batch
-    /// padded to `seq_len`: the `positions` argument of [`crate::MlmHead::forward_masked`].
-    pub fn flat_positions(&self, seq_len: usize) -> Vec<i64> {
-        self.masked_positions
+    /// padded to `seq_len`: the positions of [`crate::MaskedTargets::new`].
+    ///
+    /// # Errors
+    /// [`MlmError::SequenceLongerThanSeqLen`] if a sequence has more than `seq_len` tokens:
+    /// its positions would alias the next sequence's rows.
+    pub fn flat_positions(&self, seq_len: usize) -> Result<Vec<i64>, MlmError> {
+        if let Some((sequence, ids)) =
+            (self.input_ids.iter().enumerate()).find(|(_, ids)| ids.len() > seq_len)
+        {
+            return Err(MlmError::SequenceLongerThanSeqLen {
+                sequence,
+                length: ids.len(),
+                seq_len,
+            });
+        }
+        Ok(self
+            .masked_positions
             .iter()
             .map(|&(sequence, position)| (sequence * seq_len + position) as i64)
-            .collect()
+            .collect())
     }
 
     /// The original ids at the selected positions, in [`masked_positions`](Self::masked_positions)
-    /// order: the targets of the `[n_masked, vocab]` logits of `forward_masked`.
-    pub fn masked_targets(&self) -> Vec<i64> {
+    /// order: the targets of the `[n_masked, vocab]` logits of the sparse head.
+    pub fn true_tokens(&self) -> Vec<i64> {
         self.masked_positions
             .iter()
             .map(|&(sequence, position)| self.labels[sequence][position])
             .collect()
+    }
+
+    /// The masked positions and their true tokens, checked and uploaded to `device`: what
+    /// [`MlmHead::forward_targets`](crate::MlmHead::forward_targets) and
+    /// [`MaskedCrossEntropy::forward_targets`](crate::MaskedCrossEntropy::forward_targets)
+    /// take, for hidden states `[batch, seq_len, d_model]` (every sequence padded, or cut
+    /// by nothing, to `seq_len`).
+    ///
+    /// # Errors
+    /// [`MlmError::SequenceLongerThanSeqLen`] as [`flat_positions`](Self::flat_positions),
+    /// and the errors of [`MaskedTargets::new`](crate::MaskedTargets::new).
+    pub fn targets(
+        &self,
+        seq_len: usize,
+        vocab_size: usize,
+        device: &Device,
+    ) -> Result<MaskedTargets, MlmError> {
+        let n_rows = self.input_ids.len() * seq_len;
+        MaskedTargets::new(
+            &self.flat_positions(seq_len)?,
+            &self.true_tokens(),
+            n_rows,
+            vocab_size,
+            device,
+        )
     }
 }
 

@@ -16,11 +16,10 @@ use crate::MlmError;
 /// Masked positions and their true tokens, as tensors whose every entry is known to be in
 /// range.
 ///
-/// Built by [`MaskedTargets::new`] from host data, e.g. [`MaskedBatch::flat_positions`] and
-/// [`MaskedBatch::masked_targets`].
+/// Built by [`MaskedBatch::targets`] from a masked batch, or by [`MaskedTargets::new`] from
+/// host data.
 ///
-/// [`MaskedBatch::flat_positions`]: crate::MaskedBatch::flat_positions
-/// [`MaskedBatch::masked_targets`]: crate::MaskedBatch::masked_targets
+/// [`MaskedBatch::targets`]: crate::MaskedBatch::targets
 #[derive(Debug, Clone)]
 pub struct MaskedTargets {
     positions: Tensor<1, Int>,
@@ -39,8 +38,9 @@ impl MaskedTargets {
     ///
     /// # Errors
     /// [`MlmError::ShapeMismatch`] if the two lengths differ; [`MlmError::PositionOutOfRange`]
-    /// for a position outside `[0, n_rows)`; [`MlmError::LabelOutOfRange`] for a target
-    /// outside `[0, vocab_size)`, naming its flat position.
+    /// for a position outside `[0, n_rows)`; [`MlmError::DuplicatePosition`] for a position
+    /// listed twice; [`MlmError::TargetOutOfRange`] for a target outside `[0, vocab_size)`
+    /// (`-100` included: every target here is graded), naming its flat position.
     pub fn new(
         positions: &[i64],
         targets: &[i64],
@@ -50,20 +50,21 @@ impl MaskedTargets {
     ) -> Result<Self, MlmError> {
         if positions.len() != targets.len() {
             return Err(MlmError::ShapeMismatch {
-                what: "masked targets",
-                expected: format!("[n_masked = {}], one per masked position", positions.len()),
+                what: "targets (one per masked position)",
+                expected: format!("[n_masked = {}], the length of positions", positions.len()),
                 actual: vec![targets.len()],
             });
         }
         check_positions(positions, n_rows)?;
-        if let Some((&position, &label)) = positions
+        check_distinct(positions, n_rows)?;
+        if let Some((&position, &target)) = positions
             .iter()
             .zip(targets)
             .find(|&(_, &t)| t < 0 || t as u64 >= vocab_size as u64)
         {
-            return Err(MlmError::LabelOutOfRange {
-                position: position as usize,
-                label,
+            return Err(MlmError::TargetOutOfRange {
+                position,
+                target,
                 vocab_size,
             });
         }
@@ -123,6 +124,20 @@ pub(crate) fn check_positions(positions: &[i64], n_rows: usize) -> Result<(), Ml
     }
 }
 
+/// Checks that no flat position is listed twice (each is a row `< n_rows`, already checked).
+///
+/// # Errors
+/// [`MlmError::DuplicatePosition`] naming the first repeat.
+fn check_distinct(positions: &[i64], n_rows: usize) -> Result<(), MlmError> {
+    let mut seen = vec![false; n_rows];
+    for &position in positions {
+        if std::mem::replace(&mut seen[position as usize], true) {
+            return Err(MlmError::DuplicatePosition { position });
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,11 +163,21 @@ mod tests {
         );
         assert_eq!(
             T::new(&[0, 5], &[9, 10], 6, 10, &device).unwrap_err(),
-            MlmError::LabelOutOfRange {
+            MlmError::TargetOutOfRange {
                 position: 5,
-                label: 10,
+                target: 10,
                 vocab_size: 10
             }
+        );
+        let ignore_index = T::new(&[0, 1], &[3, -100], 6, 10, &device).unwrap_err();
+        assert_eq!(
+            ignore_index.to_string(),
+            "masked target -100 at flat position 1 is not a token id in [0, 10): targets are graded \
+             positions only (the ignore index -100 belongs in HF-style labels)"
+        );
+        assert_eq!(
+            T::new(&[3, 4, 3], &[1, 2, 3], 6, 10, &device).unwrap_err(),
+            MlmError::DuplicatePosition { position: 3 }
         );
         assert!(matches!(
             T::new(&[0, 5], &[9], 6, 10, &device).unwrap_err(),

@@ -32,7 +32,7 @@ fn bert_base_masker(seed: u64) -> Masker {
         specials.iter().filter(|&&id| id > 0 && id < 100).count(),
         99
     );
-    MaskingConfig::new(BERT_VOCAB, BERT_MASK, specials)
+    MaskingConfig::new(BERT_VOCAB, BERT_MASK, BERT_PAD, specials)
         .with_seed(seed)
         .init()
         .unwrap()
@@ -77,13 +77,15 @@ fn no_token_masked_gives_loss_0_gradient_0_count_0() {
     ));
     let hidden = embedding.val().narrow(0, 0, 12).reshape([2, 6, d_model]);
     let head = MlmHeadConfig::new(d_model, vocab).init(&device);
-    let positions =
-        Tensor::<1, Int>::from_data(TensorData::new(batch.flat_positions(6), [0]), &device);
+    let positions = Tensor::<1, Int>::from_data(
+        TensorData::new(batch.flat_positions(6).unwrap(), [0]),
+        &device,
+    );
     let z = head
         .forward_masked(hidden, positions, Some(embedding.val()))
         .unwrap();
     assert_eq!(z.dims(), [0, vocab]);
-    let out = masked_cross_entropy_with_labels(z, labels(&batch.masked_targets())).unwrap();
+    let out = masked_cross_entropy_with_labels(z, labels(&batch.true_tokens())).unwrap();
     assert_eq!((out.n_graded, count(out.n_correct.clone())), (0, 0));
     assert_eq!(scalar(out.loss_sum.clone()), 0.0);
     assert_eq!(scalar(out.loss.clone()), 0.0);
@@ -113,12 +115,17 @@ fn five_pads_are_never_selected_in_10_000_draws() {
 fn bert_base_random_replacements_never_land_on_special_or_unused_ids() {
     // Every selected token replaced by a random one: 10⁵ draws, each with a 999 / 30 522 =
     // 3.3 % chance of hitting an excluded id if they were not excluded.
-    let mut masker = MaskingConfig::new(BERT_VOCAB, BERT_MASK, (0..BERT_FIRST_ORDINARY).collect())
-        .with_mlm_probability(1.0)
-        .with_mask_replace_prob(0.0)
-        .with_random_replace_prob(1.0)
-        .init()
-        .unwrap();
+    let mut masker = MaskingConfig::new(
+        BERT_VOCAB,
+        BERT_MASK,
+        BERT_PAD,
+        (0..BERT_FIRST_ORDINARY).collect(),
+    )
+    .with_mlm_probability(1.0)
+    .with_mask_replace_prob(0.0)
+    .with_random_replace_prob(1.0)
+    .init()
+    .unwrap();
     let input: Vec<Vec<u32>> = (0..100).map(|s| bert_sequence(100, 3, s)).collect();
     let (mut draws, mut excluded) = (0, 0);
     for _ in 0..10 {
@@ -344,7 +351,7 @@ fn vocabularies_of_size_0_and_1() {
     assert_eq!(scalar(none.loss), 0.0);
     // A masker over one id (the [MASK] itself) has nothing to select; with random
     // replacement on it is refused (see masking.rs, bad_configurations_are_typed_errors).
-    let mut masker = MaskingConfig::new(1, 0, vec![])
+    let mut masker = MaskingConfig::new(1, 0, 0, vec![])
         .with_random_replace_prob(0.0)
         .init()
         .unwrap();

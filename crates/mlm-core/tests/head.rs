@@ -181,16 +181,13 @@ fn bad_shapes_and_decoder_choices_are_typed_errors() {
     assert!(matches!(
         tied.forward(hidden([2, 7]), Some(hidden([11, 8])))
             .unwrap_err(),
-        MlmError::ShapeMismatch {
-            what: "hidden states",
-            ..
-        }
+        MlmError::ShapeMismatch { what: "hidden", .. }
     ));
     assert!(matches!(
         tied.forward(hidden([2, 8]), Some(hidden([10, 8])))
             .unwrap_err(),
         MlmError::ShapeMismatch {
-            what: "tied decoder weight",
+            what: "tied (the decoder weight)",
             ..
         }
     ));

@@ -12,7 +12,7 @@ const MASK: u32 = 4;
 const VOCAB: usize = 30_000;
 
 fn config() -> MaskingConfig {
-    MaskingConfig::new(VOCAB, MASK, vec![PAD, UNK, CLS, SEP, MASK])
+    MaskingConfig::new(VOCAB, MASK, PAD, vec![UNK, CLS, SEP])
 }
 
 /// `[CLS] w… [SEP] [PAD]…`: `words` ordinary ids drawn deterministically, then `pads` pads.
@@ -111,8 +111,8 @@ fn every_selected_token_is_graded_and_nothing_else_changes() {
         .collect();
     let batch = masker.mask(&input).unwrap();
     assert_consistent(&input, &batch);
-    assert_eq!(batch.masked_targets().len(), batch.masked_positions.len());
-    let flat = batch.flat_positions(30);
+    assert_eq!(batch.true_tokens().len(), batch.masked_positions.len());
+    let flat = batch.flat_positions(30).unwrap();
     let (s, p) = batch.masked_positions[0];
     assert_eq!(flat[0], (s * 30 + p) as i64);
 }
@@ -257,7 +257,7 @@ fn bad_configurations_are_typed_errors() {
         MlmError::ReplaceProbabilitiesExceedOne { .. }
     ));
     assert_eq!(
-        err(MaskingConfig::new(10, 10, vec![])),
+        err(MaskingConfig::new(10, 10, 0, vec![])),
         MlmError::TokenIdOutOfVocab {
             name: "mask_token_id",
             id: 10,
@@ -265,7 +265,7 @@ fn bad_configurations_are_typed_errors() {
         }
     );
     assert_eq!(
-        err(MaskingConfig::new(10, 4, vec![0, 12])),
+        err(MaskingConfig::new(10, 4, 0, vec![12])),
         MlmError::TokenIdOutOfVocab {
             name: "special_token_ids",
             id: 12,
@@ -273,11 +273,11 @@ fn bad_configurations_are_typed_errors() {
         }
     );
     assert!(matches!(
-        err(MaskingConfig::new(0, 0, vec![])),
+        err(MaskingConfig::new(0, 0, 0, vec![])),
         MlmError::TokenIdOutOfVocab { .. } | MlmError::VocabTooSmall { .. }
     ));
     assert!(matches!(
-        err(MaskingConfig::new(1, 0, vec![])),
+        err(MaskingConfig::new(1, 0, 0, vec![])),
         MlmError::VocabTooSmall { vocab_size: 1, .. }
     ));
     assert_eq!(

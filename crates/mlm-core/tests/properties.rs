@@ -167,18 +167,15 @@ fn masker_case() -> impl Strategy<Value = MaskerCase> {
         sequences,
     )
         .prop_map(
-            |(mask_id, mut specials, (min, max), (p, mask, random), seed, sequences)| {
-                specials.push(PAD);
-                MaskerCase {
-                    config: MaskingConfig::new(VOCAB as usize, mask_id, specials)
-                        .with_mlm_probability(p)
-                        .with_mask_replace_prob(mask)
-                        .with_random_replace_prob(random)
-                        .with_min_predictions_per_seq(min)
-                        .with_max_predictions_per_seq(max)
-                        .with_seed(seed),
-                    sequences,
-                }
+            |(mask_id, specials, (min, max), (p, mask, random), seed, sequences)| MaskerCase {
+                config: MaskingConfig::new(VOCAB as usize, mask_id, PAD, specials)
+                    .with_mlm_probability(p)
+                    .with_mask_replace_prob(mask)
+                    .with_random_replace_prob(random)
+                    .with_min_predictions_per_seq(min)
+                    .with_max_predictions_per_seq(max)
+                    .with_seed(seed),
+                sequences,
             },
         )
 }
@@ -191,7 +188,9 @@ proptest! {
         let config = &case.config;
         let mut masker = config.init().unwrap();
         let batch = masker.mask(&case.sequences).unwrap();
-        let special = |id: u32| id == config.mask_token_id || config.special_token_ids.contains(&id);
+        let special = |id: u32| {
+            id == config.mask_token_id || id == config.pad_token_id || config.special_token_ids.contains(&id)
+        };
         prop_assert_eq!(batch.input_ids.len(), case.sequences.len());
         for (s, ids) in case.sequences.iter().enumerate() {
             prop_assert_eq!(batch.input_ids[s].len(), ids.len());
@@ -221,7 +220,7 @@ proptest! {
                 }
             }
         }
-        prop_assert_eq!(batch.masked_targets().len(), batch.masked_positions.len());
+        prop_assert_eq!(batch.true_tokens().len(), batch.masked_positions.len());
     }
 
     #[test]
@@ -242,7 +241,9 @@ proptest! {
             .collect();
         let mut masker = config.init().unwrap().with_wordpiece_vocab(&tokens).unwrap();
         let batch = masker.mask(&case.sequences).unwrap();
-        let special = |id: u32| id == config.mask_token_id || config.special_token_ids.contains(&id);
+        let special = |id: u32| {
+            id == config.mask_token_id || id == config.pad_token_id || config.special_token_ids.contains(&id)
+        };
         let mut covered: Vec<(usize, usize)> = batch
             .spans
             .iter()

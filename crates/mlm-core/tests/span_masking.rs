@@ -31,7 +31,7 @@ fn tokens() -> Vec<String> {
 }
 
 fn span_config() -> MaskingConfig {
-    MaskingConfig::new(VOCAB, MASK, vec![PAD, UNK, CLS, SEP, MASK])
+    MaskingConfig::new(VOCAB, MASK, PAD, vec![UNK, CLS, SEP])
         .with_span(Some(SpanMaskingConfig::new()))
 }
 
@@ -329,7 +329,7 @@ fn word_ids_give_the_words_and_the_bounds_hold() {
 
 #[test]
 fn token_masking_spans_are_its_single_tokens() {
-    let mut masker = MaskingConfig::new(VOCAB, MASK, vec![PAD, UNK, CLS, SEP, MASK])
+    let mut masker = MaskingConfig::new(VOCAB, MASK, PAD, vec![UNK, CLS, SEP])
         .init()
         .unwrap();
     let input: Vec<Vec<u32>> = (0..20).map(|s| sentence(60, 2, s)).collect();

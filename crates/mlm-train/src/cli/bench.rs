@@ -291,10 +291,13 @@ fn random_shards(
     device: &Device,
 ) -> Result<Vec<DeviceBatch>, TrainError> {
     let specials: Vec<u32> = (0..SPECIAL_TOKENS.len() as u32).collect();
-    let mask_id = SPECIAL_TOKENS
-        .iter()
-        .position(|t| *t == "[MASK]")
-        .expect("[MASK]") as u32;
+    let position = |token| {
+        SPECIAL_TOKENS
+            .iter()
+            .position(|t| *t == token)
+            .expect(token) as u32
+    };
+    let (mask_id, pad_id) = (position("[MASK]"), position("[PAD]"));
     let vocab = config.model.vocab_size as u32;
     let mut rng = stream_rng(config.seed, Stream::BenchData, 0);
     let sequences: Vec<Vec<u32>> = (0..config.batch_size)
@@ -305,7 +308,7 @@ fn random_shards(
         })
         .collect();
     let chunk: Vec<&[u32]> = sequences.iter().map(Vec::as_slice).collect();
-    let mut masker = MaskingConfig::new(config.model.vocab_size, mask_id, specials)
+    let mut masker = MaskingConfig::new(config.model.vocab_size, mask_id, pad_id, specials)
         .with_mlm_probability(config.mlm_probability)
         .with_seed(config.seed)
         .init()?;

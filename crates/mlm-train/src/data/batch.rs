@@ -183,13 +183,7 @@ pub fn to_device(
         }
     }
     let n_tokens = masked.input_ids.iter().map(Vec::len).sum();
-    let targets = MaskedTargets::new(
-        &masked.flat_positions(seq),
-        &masked.masked_targets(),
-        batch * seq,
-        vocab_size,
-        device,
-    )?;
+    let targets = masked.targets(seq, vocab_size, device)?;
     Ok(DeviceBatch {
         input_ids: Tensor::from_data(TensorData::new(ids, [batch, seq]), device),
         token_type_ids: Tensor::zeros([batch, seq], device),

@@ -197,9 +197,14 @@ impl WordPieceTokenizer {
         masking: Masking,
         seed: u64,
     ) -> Result<Masker, TrainError> {
-        let config = MaskingConfig::new(self.vocab_size(), self.mask_id, self.special_ids.clone())
-            .with_mlm_probability(mlm_probability)
-            .with_seed(seed);
+        let config = MaskingConfig::new(
+            self.vocab_size(),
+            self.mask_id,
+            self.pad_id,
+            self.special_ids.clone(),
+        )
+        .with_mlm_probability(mlm_probability)
+        .with_seed(seed);
         Ok(match masking {
             Masking::Token => config.init()?,
             Masking::Span => config

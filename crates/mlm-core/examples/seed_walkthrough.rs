@@ -1,6 +1,6 @@
 //! The MLM objective step by step, with `mlm-core` doing every step.
 //!
-//! Run: `cargo run --example seed_walkthrough`
+//! Run: `cargo run -p mlm-core --example seed_walkthrough`
 //!
 //! logits → exp → normalise → probability of the true word → −log → mean over the masked
 //! positions M; then BERT's 80/10/10 corruption, where every selected slot is graded
@@ -124,7 +124,7 @@ fn main() -> Result<(), MlmError> {
     let ids: Vec<u32> = [1, 4, 5, 6, 7, 4, 8, 9, 10, 4, 11, 2].to_vec();
     // Look for the first seed whose draw shows all three kinds of slot in one sentence.
     for seed in 0.. {
-        let mut masker = MaskingConfig::new(vocab.len(), 3, special.clone())
+        let mut masker = MaskingConfig::new(vocab.len(), 3, 0, special.clone())
             .with_mlm_probability(0.5)
             .with_seed(seed)
             .init()?;

@@ -1,7 +1,7 @@
 //! `mlm-core` inside your own Burn model: an embedding and one encoder layer of yours,
 //! our tied MLM head, masked loss and 80/10/10 masker, trained for a few AdamW steps.
 //!
-//! Run: `cargo run --example custom_model`
+//! Run: `cargo run -p mlm-core --example custom_model`
 
 use burn::module::{Initializer, Module};
 use burn::nn::transformer::{
@@ -10,7 +10,9 @@ use burn::nn::transformer::{
 use burn::nn::{Embedding, EmbeddingConfig};
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use mlm_core::{MaskingConfig, MlmError, MlmHead, MlmHeadConfig, masked_cross_entropy};
+use mlm_core::{
+    MaskedCrossEntropy, MaskedTargets, MaskingConfig, MlmError, MlmHead, MlmHeadConfig,
+};
 
 const VOCAB: usize = 40;
 const D_MODEL: usize = 32;
@@ -29,14 +31,11 @@ struct TinyMlm {
 
 impl TinyMlm {
     fn new(device: &Device) -> Self {
+        let head = MlmHeadConfig::new(D_MODEL, VOCAB);
         Self {
-            // BERT's initialisation, N(0, 0.02): the tied logits start near uniform.
-            embedding: EmbeddingConfig::new(VOCAB, D_MODEL)
-                .with_initializer(Initializer::Normal {
-                    mean: 0.0,
-                    std: 0.02,
-                })
-                .init(device),
+            // BERT's initialisation, N(0, 0.02): the tied logits start near uniform, the
+            // loss near ln(VOCAB) (burn-nn's default embedding is N(0, 1)).
+            embedding: head.init_tied_embedding(device),
             position: EmbeddingConfig::new(SEQ, D_MODEL)
                 .with_initializer(Initializer::Normal {
                     mean: 0.0,
@@ -46,16 +45,12 @@ impl TinyMlm {
             encoder: TransformerEncoderConfig::new(D_MODEL, 64, 2, 1)
                 .with_dropout(0.0)
                 .init(device),
-            head: MlmHeadConfig::new(D_MODEL, VOCAB).init(device),
+            head: head.init(device),
         }
     }
 
     /// ids `[batch, seq]` → logits at the masked positions `[n_masked, vocab]`.
-    fn forward(
-        &self,
-        ids: Tensor<2, Int>,
-        positions: Tensor<1, Int>,
-    ) -> Result<Tensor<2>, MlmError> {
+    fn forward(&self, ids: Tensor<2, Int>, targets: &MaskedTargets) -> Result<Tensor<2>, MlmError> {
         let [batch, seq] = ids.dims();
         let padding = ids.clone().equal_elem(PAD as i64);
         let position_ids = Tensor::arange(0..seq as i64, &ids.device())
@@ -67,7 +62,7 @@ impl TinyMlm {
             .forward(TransformerEncoderInput::new(embedded).mask_pad(padding));
         // Tied: the decoder is the embedding's own parameter, not a copy.
         self.head
-            .forward_masked(hidden, positions, Some(self.embedding.weight.val()))
+            .forward_targets(hidden, targets, Some(self.embedding.weight.val()))
     }
 }
 
@@ -86,7 +81,7 @@ fn corpus(n: usize, len: usize) -> Vec<Vec<u32>> {
 fn train(device: &Device) -> Result<(), MlmError> {
     let mut model = TinyMlm::new(device);
     let mut optimizer = AdamWConfig::new().with_weight_decay(0.01).init();
-    let mut masker = MaskingConfig::new(VOCAB, MASK, vec![PAD, MASK])
+    let mut masker = MaskingConfig::new(VOCAB, MASK, PAD, vec![])
         .with_seed(42)
         .init()?;
     let sentences = corpus(64, SEQ);
@@ -100,13 +95,11 @@ fn train(device: &Device) -> Result<(), MlmError> {
             .map(|&id| id as i64)
             .collect();
         let ids = Tensor::from_data(TensorData::new(ids, [sentences.len(), seq]), device);
-        let n = batch.masked_positions.len();
-        let positions = Tensor::from_data(TensorData::new(batch.flat_positions(seq), [n]), device);
-        let targets = Tensor::from_data(TensorData::new(batch.masked_targets(), [n]), device);
+        // The masked positions and their true tokens, checked on the host.
+        let targets = batch.targets(seq, VOCAB, device)?;
 
-        let logits = model.forward(ids, positions)?;
-        let all = Tensor::<1, Int>::ones([n], device).bool();
-        let out = masked_cross_entropy(logits, targets, all)?;
+        let logits = model.forward(ids, &targets)?;
+        let out = MaskedCrossEntropy::default().forward_targets(logits, &targets)?;
         if step % 15 == 0 || step == 1 {
             println!(
                 "step {step:>3}  loss {:.4}  accuracy {:>5.1} %  ({} masked tokens)",
@@ -115,7 +108,7 @@ fn train(device: &Device) -> Result<(), MlmError> {
                 out.n_graded
             );
         }
-        let grads = GradientsParams::from_grads(out.loss.backward(), &model);
+        let grads = GradientsParams::from_grads(out.backward()?, &model);
         model = optimizer.step(3e-3, model, grads);
     }
     Ok(())
