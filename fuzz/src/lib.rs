@@ -78,7 +78,8 @@ pub fn masker(data: &[u8]) {
             .iter()
             .any(|p| !(0.0..=1.0).contains(p))
                 || config.mask_replace_prob + config.random_replace_prob > 1.0;
-            let bad_id = [mask_id, pad_id].iter().chain(&specials).any(|&s| s as usize >= vocab);
+            let bad_id = [mask_id, pad_id].iter().chain(&specials).any(|&s| s as usize >= vocab)
+                || mask_id == pad_id;
             let bad_bounds = config
                 .max_predictions_per_seq
                 .is_some_and(|max| config.min_predictions_per_seq > max);

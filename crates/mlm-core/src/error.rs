@@ -115,6 +115,15 @@ pub enum MlmError {
         vocab_size: usize,
     },
 
+    /// `mask_token_id == pad_token_id`: a masked token would read as padding to the encoder.
+    #[error(
+        "mask_token_id and pad_token_id are both {id}: a masked token would read as padding to the encoder"
+    )]
+    MaskIsPad {
+        /// The id given for both.
+        id: u32,
+    },
+
     /// The vocabulary is too small for the requested operation.
     #[error("vocab_size = {vocab_size} is too small: {reason}")]
     VocabTooSmall {

@@ -285,13 +285,13 @@ impl MlmHead {
     /// the device.
     ///
     /// # Shapes
-    /// - hidden: `[batch, seq, d_model]` with `batch * seq = targets.n_rows()`
+    /// - hidden: `[batch, seq, d_model]` with `[batch, seq] = targets.batch_and_seq()`
     /// - tied: as in [`forward`](Self::forward)
     /// - output: `[n_masked, vocab]`, row `i` for `targets.positions()[i]`
     ///
     /// # Errors
-    /// As [`forward`](Self::forward); [`MlmError::ShapeMismatch`] naming `hidden` if
-    /// `batch * seq` is not the row count `targets` was checked against or `d_model` is not
+    /// As [`forward`](Self::forward); [`MlmError::ShapeMismatch`] naming `hidden` if its
+    /// `[batch, seq]` is not the one `targets` was checked against or its `d_model` is not
     /// the head's, naming `targets` if they were checked against another vocabulary.
     pub fn forward_targets(
         &self,
@@ -307,14 +307,21 @@ impl MlmHead {
             });
         }
         let [batch, seq, d_model] = hidden.dims();
-        if batch * seq != targets.n_rows() || d_model != self.d_model {
+        let [target_batch, target_seq] = targets.batch_and_seq();
+        if [batch, seq] != [target_batch, target_seq] {
             return Err(MlmError::ShapeMismatch {
-                what: "hidden",
+                what: "hidden (its batch and sequence length)",
                 expected: format!(
-                    "[batch, seq, d_model = {}] with batch * seq = {}, the rows the targets index",
-                    self.d_model,
-                    targets.n_rows()
+                    "[batch = {target_batch}, seq = {target_seq}, d_model], the shape the \
+                     targets' positions index"
                 ),
+                actual: vec![batch, seq, d_model],
+            });
+        }
+        if d_model != self.d_model {
+            return Err(MlmError::ShapeMismatch {
+                what: "hidden (its d_model)",
+                expected: format!("[batch, seq, d_model = {}], the head's", self.d_model),
                 actual: vec![batch, seq, d_model],
             });
         }

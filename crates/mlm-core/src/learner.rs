@@ -227,7 +227,7 @@ mod tests {
         let n = targets.len();
         let logits = Tensor::<2>::from_data(TensorData::new(logits, [n, vocab]), &device);
         let positions: Vec<i64> = (0..n as i64).collect();
-        let targets = MaskedTargets::new(&positions, &targets, n, vocab, &device).unwrap();
+        let targets = MaskedTargets::new(&positions, &targets, [n, 1], vocab, &device).unwrap();
         let loss = crate::MaskedCrossEntropy::default()
             .forward_targets(logits.clone(), &targets)
             .expect("valid targets");

@@ -200,16 +200,22 @@ impl MaskedCrossEntropy {
         logits: Tensor<2>,
         targets: &MaskedTargets,
     ) -> Result<MlmLossOutput, MlmError> {
-        let dims = logits.dims();
-        if dims != [targets.len(), targets.vocab_size()] {
+        let [rows, vocab_size] = logits.dims();
+        if rows != targets.len() {
             return Err(MlmError::ShapeMismatch {
                 what: "logits (one row per masked target)",
+                expected: format!("[n_masked = {}, vocab]", targets.len()),
+                actual: vec![rows, vocab_size],
+            });
+        }
+        if vocab_size != targets.vocab_size() {
+            return Err(MlmError::ShapeMismatch {
+                what: "logits and targets (vocabularies differ)",
                 expected: format!(
-                    "[n_masked = {}, vocab = {}]",
-                    targets.len(),
+                    "[n_masked, vocab = {}], the vocabulary the targets were checked against",
                     targets.vocab_size()
                 ),
-                actual: dims.to_vec(),
+                actual: vec![rows, vocab_size],
             });
         }
         if targets.is_empty() {

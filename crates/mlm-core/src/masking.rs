@@ -49,7 +49,8 @@ pub struct MaskingConfig {
     pub mask_token_id: u32,
     /// Id of the `[PAD]` token: never selected nor drawn, whether or not it is listed in
     /// `special_token_ids`. Required, so that sequences padded before masking never get
-    /// padding graded (Hugging Face's collator reads it from the tokenizer).
+    /// padding graded (Hugging Face's collator reads it from the tokenizer). It must be the
+    /// id your padding uses: the masker cannot tell another id's padding from text.
     pub pad_token_id: u32,
     /// Further ids never selected and never drawn as random replacements: `[CLS]`,
     /// `[SEP]`, `[UNK]`, and any others (e.g. bert-base's `[unusedN]`).
@@ -93,6 +94,7 @@ impl MaskingConfig {
     /// - [`MlmError::ReplaceProbabilitiesExceedOne`] if `mask_replace_prob + random_replace_prob > 1`;
     /// - [`MlmError::TokenIdOutOfVocab`] if `mask_token_id`, `pad_token_id` or a special id
     ///   is `>= vocab_size`;
+    /// - [`MlmError::MaskIsPad`] if `mask_token_id == pad_token_id`;
     /// - [`MlmError::InvalidPredictionBounds`] if `min_predictions_per_seq > max_predictions_per_seq`;
     /// - [`MlmError::VocabTooSmall`] if `vocab_size` is 0, or random replacement is on and
     ///   every id is special;
@@ -142,6 +144,11 @@ impl MaskingConfig {
                     });
                 }
             }
+        }
+        if self.mask_token_id == self.pad_token_id {
+            return Err(MlmError::MaskIsPad {
+                id: self.mask_token_id,
+            });
         }
         if let Some(max) = self.max_predictions_per_seq
             && self.min_predictions_per_seq > max
@@ -327,11 +334,10 @@ impl MaskedBatch {
         vocab_size: usize,
         device: &Device,
     ) -> Result<MaskedTargets, MlmError> {
-        let n_rows = self.input_ids.len() * seq_len;
         MaskedTargets::new(
             &self.flat_positions(seq_len)?,
             &self.true_tokens(),
-            n_rows,
+            [self.input_ids.len(), seq_len],
             vocab_size,
             device,
         )

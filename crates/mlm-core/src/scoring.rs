@@ -233,7 +233,7 @@ impl PseudoLogLikelihood {
         let targets = MaskedTargets::new(
             &positions,
             &targets,
-            copies * seq,
+            [copies, seq],
             model.vocab_size(),
             device,
         )?;

@@ -24,14 +24,19 @@ use crate::MlmError;
 pub struct MaskedTargets {
     positions: Tensor<1, Int>,
     targets: Tensor<1, Int>,
-    n_rows: usize,
+    batch_and_seq: [usize; 2],
     vocab_size: usize,
 }
 
 impl MaskedTargets {
-    /// Checks `positions` (flat indices `b * seq + s` into `n_rows = batch * seq` rows of
-    /// hidden states) and `targets` (true token ids in `[0, vocab_size)`) on the host, then
-    /// uploads them to `device`. Either may be empty (nothing masked).
+    /// Checks `positions` (flat indices `b * seq + s` into the `batch * seq` rows of hidden
+    /// states `[batch, seq, d_model]`, `batch_and_seq = [batch, seq]`) and `targets` (true
+    /// token ids in `[0, vocab_size)`) on the host, then uploads them to `device`. Either may
+    /// be empty (nothing masked). The head's [`forward_targets`] then takes hidden states of
+    /// exactly that `[batch, seq]`, so a swapped batch and sequence length is refused, not
+    /// graded at the wrong rows.
+    ///
+    /// [`forward_targets`]: crate::MlmHead::forward_targets
     ///
     /// # Shapes
     /// - positions, targets: `[n_masked]`, `targets[i]` the true token at `positions[i]`
@@ -44,10 +49,11 @@ impl MaskedTargets {
     pub fn new(
         positions: &[i64],
         targets: &[i64],
-        n_rows: usize,
+        batch_and_seq: [usize; 2],
         vocab_size: usize,
         device: &Device,
     ) -> Result<Self, MlmError> {
+        let n_rows = batch_and_seq[0] * batch_and_seq[1];
         if positions.len() != targets.len() {
             return Err(MlmError::ShapeMismatch {
                 what: "targets (one per masked position)",
@@ -74,7 +80,7 @@ impl MaskedTargets {
         Ok(Self {
             positions: upload(positions),
             targets: upload(targets),
-            n_rows,
+            batch_and_seq,
             vocab_size,
         })
     }
@@ -99,9 +105,14 @@ impl MaskedTargets {
         self.len() == 0
     }
 
+    /// `[batch, seq]` of the hidden states the positions index into.
+    pub fn batch_and_seq(&self) -> [usize; 2] {
+        self.batch_and_seq
+    }
+
     /// Number of rows the positions index into, `batch * seq`.
     pub fn n_rows(&self) -> usize {
-        self.n_rows
+        self.batch_and_seq[0] * self.batch_and_seq[1]
     }
 
     /// The vocabulary the targets were checked against.
@@ -148,42 +159,42 @@ mod tests {
     fn each_out_of_range_entry_is_refused_by_name() {
         let device = Device::flex();
         assert_eq!(
-            T::new(&[0, 6], &[1, 2], 6, 10, &device).unwrap_err(),
+            T::new(&[0, 6], &[1, 2], [2, 3], 10, &device).unwrap_err(),
             MlmError::PositionOutOfRange {
                 position: 6,
                 n_rows: 6
             }
         );
         assert_eq!(
-            T::new(&[-1], &[1], 6, 10, &device).unwrap_err(),
+            T::new(&[-1], &[1], [2, 3], 10, &device).unwrap_err(),
             MlmError::PositionOutOfRange {
                 position: -1,
                 n_rows: 6
             }
         );
         assert_eq!(
-            T::new(&[0, 5], &[9, 10], 6, 10, &device).unwrap_err(),
+            T::new(&[0, 5], &[9, 10], [2, 3], 10, &device).unwrap_err(),
             MlmError::TargetOutOfRange {
                 position: 5,
                 target: 10,
                 vocab_size: 10
             }
         );
-        let ignore_index = T::new(&[0, 1], &[3, -100], 6, 10, &device).unwrap_err();
+        let ignore_index = T::new(&[0, 1], &[3, -100], [2, 3], 10, &device).unwrap_err();
         assert_eq!(
             ignore_index.to_string(),
             "masked target -100 at flat position 1 is not a token id in [0, 10): targets are graded \
              positions only (the ignore index -100 belongs in HF-style labels)"
         );
         assert_eq!(
-            T::new(&[3, 4, 3], &[1, 2, 3], 6, 10, &device).unwrap_err(),
+            T::new(&[3, 4, 3], &[1, 2, 3], [2, 3], 10, &device).unwrap_err(),
             MlmError::DuplicatePosition { position: 3 }
         );
         assert!(matches!(
-            T::new(&[0, 5], &[9], 6, 10, &device).unwrap_err(),
+            T::new(&[0, 5], &[9], [2, 3], 10, &device).unwrap_err(),
             MlmError::ShapeMismatch { .. }
         ));
-        let ok = T::new(&[5, 0], &[9, 0], 6, 10, &device).unwrap();
+        let ok = T::new(&[5, 0], &[9, 0], [2, 3], 10, &device).unwrap();
         assert_eq!((ok.len(), ok.n_rows(), ok.vocab_size()), (2, 6, 10));
         let positions: Vec<i64> = ok
             .positions()
@@ -192,6 +203,6 @@ mod tests {
             .try_to_vec::<i64>()
             .unwrap();
         assert_eq!(positions, [5, 0]);
-        assert!(T::new(&[], &[], 0, 10, &device).unwrap().is_empty());
+        assert!(T::new(&[], &[], [0, 3], 10, &device).unwrap().is_empty());
     }
 }

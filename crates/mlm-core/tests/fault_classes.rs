@@ -349,15 +349,16 @@ fn vocabularies_of_size_0_and_1() {
     );
     let none = masked_cross_entropy_with_labels(empty, labels(&[IGNORE_INDEX; 2])).unwrap();
     assert_eq!(scalar(none.loss), 0.0);
-    // A masker over one id (the [MASK] itself) has nothing to select; with random
-    // replacement on it is refused (see masking.rs, bad_configurations_are_typed_errors).
-    let mut masker = MaskingConfig::new(1, 0, 0, vec![])
+    // A masker over [MASK] and [PAD] alone has nothing to select; with random replacement on
+    // it is refused (see masking.rs, bad_configurations_are_typed_errors). One id cannot be
+    // both: MaskIsPad.
+    let mut masker = MaskingConfig::new(2, 0, 1, vec![])
         .with_random_replace_prob(0.0)
         .init()
         .unwrap();
     assert!(
         masker
-            .mask(&[vec![0, 0]])
+            .mask(&[vec![0, 1, 0]])
             .unwrap()
             .masked_positions
             .is_empty()

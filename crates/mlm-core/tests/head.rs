@@ -66,7 +66,8 @@ fn checked_targets_give_the_position_path_s_logits_loss_and_gradients_and_refuse
     let run = |by_targets: bool| {
         let h: Tensor<3> = Tensor::from_data(h_values(), &device).require_grad();
         let (logits, out) = if by_targets {
-            let targets = MaskedTargets::new(&positions, &true_tokens, 12, 13, &device).unwrap();
+            let targets =
+                MaskedTargets::new(&positions, &true_tokens, [3, 4], 13, &device).unwrap();
             let logits = head
                 .forward_targets(h.clone(), &targets, Some(embedding.clone()))
                 .unwrap();
@@ -99,13 +100,13 @@ fn checked_targets_give_the_position_path_s_logits_loss_and_gradients_and_refuse
     // The same numbers bit for bit: one gather, one loss kernel.
     assert_eq!(run(true), run(false));
 
-    let targets = MaskedTargets::new(&positions, &true_tokens, 12, 13, &device).unwrap();
+    let targets = MaskedTargets::new(&positions, &true_tokens, [3, 4], 13, &device).unwrap();
     let refused = head.forward_targets(hidden([4, 4, 8]), &targets, Some(embedding.clone()));
     assert!(matches!(refused, Err(MlmError::ShapeMismatch { actual, .. }) if actual == [4, 4, 8]));
     let refused = MaskedCrossEntropy::default().forward_targets(hidden([3, 13]), &targets);
     assert!(matches!(refused, Err(MlmError::ShapeMismatch { actual, .. }) if actual == [3, 13]));
     // Nothing masked: loss exactly 0 with a zero gradient.
-    let none = MaskedTargets::new(&[], &[], 12, 13, &device).unwrap();
+    let none = MaskedTargets::new(&[], &[], [3, 4], 13, &device).unwrap();
     let h = hidden([3, 4, 8]).require_grad();
     let logits = head
         .forward_targets(h.clone(), &none, Some(embedding))

@@ -277,9 +277,13 @@ fn bad_configurations_are_typed_errors() {
         MlmError::TokenIdOutOfVocab { .. } | MlmError::VocabTooSmall { .. }
     ));
     assert!(matches!(
-        err(MaskingConfig::new(1, 0, 0, vec![])),
-        MlmError::VocabTooSmall { vocab_size: 1, .. }
+        err(MaskingConfig::new(2, 0, 1, vec![])),
+        MlmError::VocabTooSmall { vocab_size: 2, .. }
     ));
+    assert_eq!(
+        err(MaskingConfig::new(10, 3, 3, vec![])),
+        MlmError::MaskIsPad { id: 3 }
+    );
     assert_eq!(
         err(config()
             .with_min_predictions_per_seq(4)

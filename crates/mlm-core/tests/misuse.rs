@@ -25,7 +25,7 @@ fn starting_loss(weight: Tensor<2>) -> f64 {
     let hidden = Tensor::<3>::random([4, 16, D_MODEL], Distribution::Normal(0.0, 1.0), &device);
     let positions: Vec<i64> = (0..64).collect();
     let tokens: Vec<i64> = (0..64).map(|i| (i * 389 + 17) % VOCAB as i64).collect();
-    let targets = MaskedTargets::new(&positions, &tokens, 64, VOCAB, &device).unwrap();
+    let targets = MaskedTargets::new(&positions, &tokens, [4, 16], VOCAB, &device).unwrap();
     let logits = head
         .forward_targets(hidden, &targets, Some(weight))
         .unwrap();
@@ -83,7 +83,7 @@ fn a_seq_len_shorter_than_a_sequence_is_refused_instead_of_aliasing_rows() {
     assert_eq!(batch.flat_positions(6).unwrap()[6], 6);
     // Positions made some other way that alias are caught when they are checked.
     assert_eq!(
-        MaskedTargets::new(&[3, 4, 8, 8], &[5, 5, 7, 7], 12, 20, &device()).unwrap_err(),
+        MaskedTargets::new(&[3, 4, 8, 8], &[5, 5, 7, 7], [2, 6], 20, &device()).unwrap_err(),
         MlmError::DuplicatePosition { position: 8 }
     );
 }
@@ -132,7 +132,7 @@ fn errors_name_the_argument_that_is_wrong() {
     let hidden = Tensor::<3>::zeros([2, 3, 64], &device);
 
     // -100 in a MaskedTargets: no claim that -100 would be accepted.
-    let ignore = MaskedTargets::new(&[0, 1], &[3, -100], 6, 10, &device).unwrap_err();
+    let ignore = MaskedTargets::new(&[0, 1], &[3, -100], [2, 3], 10, &device).unwrap_err();
     assert!(matches!(
         ignore,
         MlmError::TargetOutOfRange { target: -100, .. }
@@ -143,7 +143,7 @@ fn errors_name_the_argument_that_is_wrong() {
     );
 
     // Targets checked against vocab 11, a head of vocab 10: the targets are blamed.
-    let targets = MaskedTargets::new(&[0, 4], &[3, 10], 6, 11, &device).unwrap();
+    let targets = MaskedTargets::new(&[0, 4], &[3, 10], [2, 3], 11, &device).unwrap();
     let refused = head
         .forward_targets(hidden.clone(), &targets, tied.clone())
         .unwrap_err();
@@ -152,15 +152,39 @@ fn errors_name_the_argument_that_is_wrong() {
             if what.starts_with("targets") && actual == &[11]),
         "{refused}"
     );
+    // The loss, given logits of the head's vocabulary 10: both vocabularies are named.
+    let logits = Tensor::<2>::zeros([2, 10], &device);
+    let refused = MaskedCrossEntropy::default()
+        .forward_targets(logits, &targets)
+        .unwrap_err();
+    assert!(
+        matches!(&refused, MlmError::ShapeMismatch { what, .. }
+            if what.starts_with("logits and targets")),
+        "{refused}"
+    );
 
     // d_model 32 passed to a head of 64: the hidden states as passed, not the gathered rows.
-    let targets = MaskedTargets::new(&[0, 4], &[3, 9], 6, 10, &device).unwrap();
+    let targets = MaskedTargets::new(&[0, 4], &[3, 9], [2, 3], 10, &device).unwrap();
     let narrow = Tensor::<3>::zeros([2, 3, 32], &device);
-    let refused = head.forward_targets(narrow, &targets, tied).unwrap_err();
+    let refused = head
+        .forward_targets(narrow, &targets, tied.clone())
+        .unwrap_err();
     assert!(
-        matches!(&refused, MlmError::ShapeMismatch { what: "hidden", actual, .. }
+        matches!(&refused, MlmError::ShapeMismatch { what: "hidden (its d_model)", actual, .. }
             if actual == &[2, 3, 32]),
         "{refused}"
+    );
+    // Batch and sequence length swapped: the same 6 rows, but the wrong ones; refused.
+    let swapped = Tensor::<3>::zeros([3, 2, 64], &device);
+    let refused = head.forward_targets(swapped, &targets, tied).unwrap_err();
+    assert!(
+        matches!(&refused, MlmError::ShapeMismatch {
+            what: "hidden (its batch and sequence length)", actual, .. } if actual == &[3, 2, 64]),
+        "{refused}"
+    );
+    assert_eq!(
+        MaskingConfig::new(10, 0, 0, vec![]).init().unwrap_err(),
+        MlmError::MaskIsPad { id: 0 }
     );
 }
 
