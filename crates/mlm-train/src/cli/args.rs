@@ -105,7 +105,7 @@ pub(crate) enum Command {
 #[derive(Subcommand)]
 pub(crate) enum BenchCommand {
     /// The same model, batch and seed on every compiled backend: median forward+backward
-    /// step time, tokens/s, peak memory and the loss difference from ndarray.
+    /// step time, tokens/s, peak memory and the loss difference from flex.
     Backends(BackendsArgs),
 }
 

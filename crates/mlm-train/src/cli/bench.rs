@@ -1,5 +1,5 @@
 //! The backend comparison: the same model, batch and seed on every compiled backend, timed
-//! step by step, with host and device memory and the loss difference from ndarray.
+//! step by step, with host and device memory and the loss difference from flex.
 //!
 //! A benchmark, not a test: nothing here asserts a speed. `mlm-train bench backends` and
 //! `examples/backend_comparison.rs` print [`markdown_table`] and write the rows as JSON.
@@ -86,8 +86,9 @@ pub struct BackendBench {
     pub device_reserved_mib: Option<f64>,
     /// The batch's loss, nats.
     pub loss: f64,
-    /// `loss − ndarray's loss` (`None` when ndarray did not run).
-    pub loss_diff_vs_ndarray: Option<f64>,
+    /// `loss − flex's loss`, flex being the default CPU backend and the reference (`None`
+    /// when flex did not run).
+    pub loss_diff_vs_flex: Option<f64>,
 }
 
 impl BackendBench {
@@ -134,7 +135,7 @@ pub fn bench_backend(
         device_reserved_mib: crate::backend::device_reserved_bytes(kind)
             .map(|bytes| bytes as f64 / MIB),
         loss,
-        loss_diff_vs_ndarray: None,
+        loss_diff_vs_flex: None,
     })
 }
 
@@ -316,7 +317,7 @@ fn random_shards(
 }
 
 /// Runs [`bench_backend`] on each of `kinds` in turn (one process: the peak host memory is
-/// reset between backends), then fills in each row's loss difference from ndarray's.
+/// reset between backends), then fills in each row's loss difference from flex's.
 ///
 /// # Errors
 /// [`ConfigError::NotBuilt`] for a backend not compiled in, and [`bench_backend`]'s errors.
@@ -328,9 +329,9 @@ pub fn compare_backends(
         .iter()
         .map(|&kind| bench_backend(config, kind, &kind.device()?))
         .collect::<Result<Vec<_>, _>>()?;
-    let reference = rows.iter().find(|r| r.backend == "ndarray").map(|r| r.loss);
+    let reference = rows.iter().find(|r| r.backend == "flex").map(|r| r.loss);
     for row in &mut rows {
-        row.loss_diff_vs_ndarray = reference.map(|loss| row.loss - loss);
+        row.loss_diff_vs_flex = reference.map(|loss| row.loss - loss);
     }
     Ok(rows)
 }
@@ -345,7 +346,7 @@ pub fn markdown_table(config: &BackendBenchConfig, rows: &[BackendBench]) -> Str
          step adds the gradient sum, clipping and AdamW\n\n\
          | backend | adapter (type) | median step (ms) | tokens/s | unsynced step (ms) | idle \
          share | training step (ms) | training tokens/s | peak host RSS (MiB) | device \
-         reserved (MiB) | loss | Δ loss vs ndarray |\n\
+         reserved (MiB) | loss | Δ loss vs flex |\n\
          |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         m.hidden_size,
         m.num_hidden_layers,
@@ -375,7 +376,7 @@ pub fn markdown_table(config: &BackendBenchConfig, rows: &[BackendBench]) -> Str
             optional(r.peak_host_mib, 0),
             optional(r.device_reserved_mib, 0),
             r.loss,
-            r.loss_diff_vs_ndarray
+            r.loss_diff_vs_flex
                 .map_or("–".to_string(), |d| format!("{d:+.2e}")),
         );
     }
