@@ -294,9 +294,8 @@ impl MaskedBatch {
     /// [`MlmError::SequenceLongerThanSeqLen`] if a sequence has more than `seq_len` tokens:
     /// its positions would alias the next sequence's rows.
     pub fn flat_positions(&self, seq_len: usize) -> Result<Vec<i64>, MlmError> {
-        if let Some((sequence, ids)) =
-            (self.input_ids.iter().enumerate()).find(|(_, ids)| ids.len() > seq_len)
-        {
+        let mut sequences = self.input_ids.iter().enumerate();
+        if let Some((sequence, ids)) = sequences.find(|(_, ids)| ids.len() > seq_len) {
             return Err(MlmError::SequenceLongerThanSeqLen {
                 sequence,
                 length: ids.len(),
