@@ -7,7 +7,7 @@ use burn::config::Config;
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
-use crate::data::{self, Masking, WordPieceTokenizer};
+use crate::data::{self, Manifest, Masking, PrepareOptions, WordPieceTokenizer};
 use crate::error::{ConfigError, TrainError};
 use crate::files::read_json;
 use crate::model::BertConfig;
@@ -43,8 +43,21 @@ pub const DEFAULT_LOG_EVERY: usize = 10;
 /// Everything that defines a run; saved as `config.json` in the run directory.
 #[derive(Config, Debug)]
 pub struct TrainConfig {
-    /// A `.txt` file or a folder of them.
+    /// A corpus file (`.txt`, `.jsonl`, either gzip-compressed) or a folder of them, which
+    /// the run prepares into its own data folder (`RUN/data`) unless `data` is given.
     pub corpus: PathBuf,
+    /// A data folder made by `mlm-train prepare`, memory-mapped instead of preparing
+    /// `corpus`; it fixes the tokenizer, `max_seq_len`, `line_by_line` and the held-out split.
+    #[config(default = "None")]
+    pub data: Option<PathBuf>,
+    /// One sentence per sequence, padded (`run_mlm.py`'s `--line_by_line`), instead of a
+    /// document's sentences packed into sequences of up to `max_seq_len` tokens.
+    #[config(default = false)]
+    pub line_by_line: bool,
+    /// The field of a `.jsonl` record that holds its text (`datasets`' `to_json` writes
+    /// `text`).
+    #[config(default = "String::from(\"text\")")]
+    pub text_field: String,
     /// Model sizes; `vocab_size` and `max_position_embeddings` follow from the tokenizer and
     /// `max_seq_len` ([`TrainConfig::resolve`]).
     #[config(default = "BertConfig::new(8192).with_local_attention_init(true)")]
@@ -322,6 +335,40 @@ pub(crate) fn config_from_json(
 }
 
 impl TrainConfig {
+    /// How the run's own data folder is prepared from `corpus`, with `tokenizer` (else one
+    /// trained on the training split).
+    pub fn prepare_options(&self, tokenizer: Option<WordPieceTokenizer>) -> PrepareOptions {
+        PrepareOptions {
+            tokenizer,
+            line_by_line: self.line_by_line,
+            text_field: self.text_field.clone(),
+            ..PrepareOptions::new(self.vocab_size, self.max_seq_len, self.held_out_every)
+        }
+    }
+
+    /// Takes the settings that `manifest`'s data folder fixes (`line_by_line`,
+    /// `held_out_every`, `text_field`), and checks `max_seq_len` against it.
+    ///
+    /// # Errors
+    /// [`TrainError::DataFolder`] for a `max_seq_len` other than the folder's: its sequences
+    /// were cut at its own, and the position table has `max_seq_len` rows.
+    pub fn adopt_data(&mut self, data: &Path, manifest: &Manifest) -> Result<(), TrainError> {
+        if self.max_seq_len != manifest.max_seq_len {
+            return Err(TrainError::DataFolder {
+                path: data.to_path_buf(),
+                reason: format!(
+                    "built for max_seq_len {}, the run asks for {}: leave --max-seq-len out, \
+                     or prepare the corpus again with --max-seq-len {}",
+                    manifest.max_seq_len, self.max_seq_len, self.max_seq_len
+                ),
+            });
+        }
+        self.line_by_line = manifest.line_by_line;
+        self.held_out_every = manifest.held_out_every;
+        self.text_field.clone_from(&manifest.text_field);
+        Ok(())
+    }
+
     /// The share of a run by the clock spent warming up: `warmup_steps / max_steps`, the
     /// share a run by step count spends (1/12 by default).
     pub fn warmup_fraction(&self) -> f64 {

@@ -21,8 +21,28 @@ pub enum TrainError {
         /// Byte offset of the first invalid byte.
         offset: usize,
     },
+    /// A corpus file (a `.jsonl` record, a gzip stream) cannot be read.
+    #[error("corpus file {}{}: {reason}", path.display(), line.map(|l| format!(", line {l}")).unwrap_or_default())]
+    CorpusFile {
+        /// The file.
+        path: PathBuf,
+        /// The 1-based line of a JSON-lines file, where one is at fault.
+        line: Option<usize>,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A data folder (`mlm-train prepare`) is incomplete, corrupt, or cannot serve the run.
+    #[error("data folder {}: {reason}", path.display())]
+    DataFolder {
+        /// The folder, or its file at fault.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The corpus holds no sentence after cleaning.
-    #[error("corpus {0} holds no text: no .txt file with a sentence in it")]
+    #[error(
+        "corpus {0} holds no text: no .txt or .jsonl file (or .gz of one) with a sentence in it"
+    )]
     EmptyCorpus(PathBuf),
     /// Fetching the corpus failed.
     #[error("fetching {package} failed: {reason}")]

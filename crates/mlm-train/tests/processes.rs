@@ -91,7 +91,7 @@ fn the_same_command_twice_gives_a_byte_identical_tokenizer_and_the_same_numbers(
             ));
             // Not a terminal: plain progress lines, from data preparation on.
             let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(stderr.starts_with("reading "), "{stderr}");
+            assert!(stderr.starts_with("preparing "), "{stderr}");
             assert!(stderr.contains("step 10/10  loss "), "{stderr}");
         }
         let read = |run: &PathBuf, file| std::fs::read(run.join(file)).unwrap();

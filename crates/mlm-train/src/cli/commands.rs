@@ -9,7 +9,7 @@ use crate::backend::BackendKind;
 use crate::cli::args::{BackendsArgs, BenchCommand, Cli, Command, MinimalPairsArgs, command};
 use crate::cli::bench::{compare_backends, markdown_table, save_rows};
 use crate::cli::train::train_command;
-use crate::data::{Paradigm, fetch_corpus, read_minimal_pairs};
+use crate::data::{Paradigm, fetch_corpus, prepare_folder, read_minimal_pairs};
 use crate::error::TrainError;
 use crate::eval::grammar::{MinimalPairsScore, score_minimal_pairs};
 use crate::run::TrainedRun;
@@ -38,6 +38,17 @@ fn run(cli: Cli) -> Result<u8, TrainError> {
             Ok(0)
         }
         Command::Train(args) => train_command(&args),
+        Command::Prepare(args) => {
+            let manifest = prepare_folder(&args.corpus, &args.out, &args.options()?)?;
+            println!(
+                "data folder ready in {}: {} training and {} held-out sequences, {} tokens",
+                args.out.display(),
+                manifest.train.sequences,
+                manifest.held_out.sequences,
+                manifest.train.tokens + manifest.held_out.tokens
+            );
+            Ok(0)
+        }
         Command::Bench(BenchCommand::Backends(args)) => bench_backends(&args),
         Command::Predict {
             run,

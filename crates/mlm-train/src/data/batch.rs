@@ -12,8 +12,7 @@ use crate::error::{ConfigError, TrainError};
 use crate::seed::{Stream, stream_rng};
 
 /// Packs each document's sentences, in order, into `[CLS] … [SEP]` sequences of at most
-/// `max_seq_len` tokens; sentences never straddle documents, and a sentence longer than a
-/// sequence is cut.
+/// `max_seq_len` tokens ([`pack_document`], packed).
 ///
 /// # Errors
 /// [`ConfigError::Value`] if `max_seq_len < 3` ([`check_max_seq_len`]); tokenizer errors.
@@ -23,27 +22,45 @@ pub fn pack(
     max_seq_len: usize,
 ) -> Result<Vec<Vec<u32>>, TrainError> {
     check_max_seq_len(max_seq_len)?;
-    let room = max_seq_len - 2;
     let mut sequences = Vec::new();
     for document in documents {
-        let mut body: Vec<u32> = Vec::with_capacity(room);
-        for sentence in &document.sentences {
-            let ids = tokenizer.encode(sentence)?;
-            if !body.is_empty() && body.len() + ids.len() > room {
+        sequences.extend(pack_document(document, tokenizer, max_seq_len, false)?);
+    }
+    Ok(sequences)
+}
+
+/// One document's `[CLS] … [SEP]` sequences of at most `max_seq_len` tokens (at least 3):
+/// its sentences packed in order (a sentence never straddles two documents), or with
+/// `line_by_line` one sentence per sequence (`run_mlm.py`'s `--line_by_line`; BabyBERTa's
+/// one utterance per input). A sentence longer than a sequence is cut into several.
+///
+/// # Errors
+/// Tokenizer errors.
+pub fn pack_document(
+    document: &Document,
+    tokenizer: &WordPieceTokenizer,
+    max_seq_len: usize,
+    line_by_line: bool,
+) -> Result<Vec<Vec<u32>>, TrainError> {
+    let room = max_seq_len - 2;
+    let mut sequences = Vec::new();
+    let mut body: Vec<u32> = Vec::with_capacity(room);
+    for sentence in &document.sentences {
+        let ids = tokenizer.encode(sentence)?;
+        if !body.is_empty() && (line_by_line || body.len() + ids.len() > room) {
+            sequences.push(tokenizer.wrap(&body));
+            body.clear();
+        }
+        for piece in ids.chunks(room) {
+            if body.len() + piece.len() > room {
                 sequences.push(tokenizer.wrap(&body));
                 body.clear();
             }
-            for piece in ids.chunks(room) {
-                if body.len() + piece.len() > room {
-                    sequences.push(tokenizer.wrap(&body));
-                    body.clear();
-                }
-                body.extend_from_slice(piece);
-            }
+            body.extend_from_slice(piece);
         }
-        if !body.is_empty() {
-            sequences.push(tokenizer.wrap(&body));
-        }
+    }
+    if !body.is_empty() {
+        sequences.push(tokenizer.wrap(&body));
     }
     Ok(sequences)
 }
@@ -193,9 +210,8 @@ pub fn to_device(
     })
 }
 
-/// Unigram statistics of the tokens a masker can select (every non-special token):
-/// the entropy of their distribution in nats — the loss of a model that ignores context —
-/// and the share of the most frequent one — the accuracy of always guessing it.
+/// Unigram statistics of the tokens a masker can select (every non-special token) in
+/// `sequences`: [`unigram_baseline_of_counts`] of their counts.
 pub fn unigram_baseline(
     sequences: &[Vec<u32>],
     special_ids: &[u32],
@@ -205,6 +221,15 @@ pub fn unigram_baseline(
     for &id in sequences.iter().flatten() {
         counts[id as usize] += 1;
     }
+    unigram_baseline_of_counts(&counts, special_ids)
+}
+
+/// Unigram statistics of the tokens a masker can select, from each id's count (`[vocab_size]`,
+/// specials ignored): the entropy of their distribution in nats — the loss of a model that
+/// ignores context — and the share of the most frequent one — the accuracy of always
+/// guessing it. `(0, 0)` when no selectable token occurs.
+pub fn unigram_baseline_of_counts(counts: &[u64], special_ids: &[u32]) -> (f64, f64) {
+    let mut counts = counts.to_vec();
     for &id in special_ids {
         counts[id as usize] = 0;
     }

@@ -1,28 +1,36 @@
-//! The data pipeline: corpus → cleaned sentences → WordPiece ids → packed sequences →
-//! freshly masked batches.
+//! The data pipeline: corpus → cleaned sentences → WordPiece ids → packed sequences in a
+//! memory-mapped data folder ([`prepare_folder`], [`DataFolder`]) → freshly masked batches.
 
 pub mod batch;
 pub mod corpus;
+pub mod folder;
 pub mod masking;
 pub mod minimal_pairs;
+pub mod npy;
+pub mod prepare;
 pub mod schedule;
+pub mod source;
 pub mod tokenizer;
 
 use std::path::Path;
 
 pub use batch::{
     DeviceBatch, check_max_seq_len, epoch_order, make_batch, make_shards, mask_shards, pack,
-    to_device, unigram_baseline,
+    pack_document, to_device, unigram_baseline, unigram_baseline_of_counts,
 };
 pub use corpus::{CORPUS_PACKAGES, Document, clean, fetch_corpus, read_corpus, split_held_out};
+pub use folder::{DataFolder, Manifest, TokenSplit};
 pub use masking::Masking;
 pub use minimal_pairs::{MinimalPair, Paradigm, Sentence, read_minimal_pairs};
+pub use prepare::{PrepareOptions, prepare_folder};
 pub use schedule::BatchSchedule;
 pub use tokenizer::{SPECIAL_TOKENS, WordPieceTokenizer};
 
 use crate::error::TrainError;
 
-/// Training and held-out sequences with the tokenizer that made them.
+/// Training and held-out sequences with the tokenizer that made them, in memory (for
+/// library users with a small corpus, such as the `learner` example; the trainer reads a
+/// [`DataFolder`]).
 pub struct PreparedData {
     /// The tokenizer.
     pub tokenizer: WordPieceTokenizer,
@@ -32,7 +40,7 @@ pub struct PreparedData {
     pub held_out: Vec<Vec<u32>>,
 }
 
-/// Reads and splits the corpus, trains the tokenizer on the training split (unless one
+/// In memory: reads and splits the `.txt` corpus, trains the tokenizer on the training split (unless one
 /// is given), and packs both splits into sequences of at most `max_seq_len` tokens.
 ///
 /// # Errors

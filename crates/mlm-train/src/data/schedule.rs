@@ -4,10 +4,12 @@
 //! the same batches as an uninterrupted one.
 
 use super::batch::epoch_order;
+use super::folder::TokenSplit;
 
-/// The sequences of every micro-batch of a run, in order.
+/// The sequences of every micro-batch of a run, in order, read from a memory-mapped split:
+/// micro-batch `k` is read where it lies, so a resumed run seeks to it and replays nothing.
 pub struct BatchSchedule<'a> {
-    sequences: &'a [Vec<u32>],
+    sequences: &'a TokenSplit,
     batch_size: usize,
     grad_accumulation: usize,
     seed: u64,
@@ -25,7 +27,7 @@ impl<'a> BatchSchedule<'a> {
     /// ([`TrainConfig::validate`](crate::config::TrainConfig::validate) and data preparation
     /// refuse both first).
     pub fn new(
-        sequences: &'a [Vec<u32>],
+        sequences: &'a TokenSplit,
         batch_size: usize,
         grad_accumulation: usize,
         seed: u64,
@@ -45,7 +47,7 @@ impl<'a> BatchSchedule<'a> {
 
     /// Micro-batch `k` of the run (0-based): epoch `k / batches_per_epoch`, position
     /// `k % batches_per_epoch` in that epoch's order.
-    pub fn micro_batch(&mut self, k: u64) -> Vec<&'a [u32]> {
+    pub fn micro_batch(&mut self, k: u64) -> Vec<Vec<u32>> {
         let batches_per_epoch = (self.sequences.len() / self.batch_size) as u64;
         let epoch = k / batches_per_epoch;
         // Shuffle once per epoch, not once per micro-batch.
@@ -56,12 +58,12 @@ impl<'a> BatchSchedule<'a> {
         let start = (k % batches_per_epoch) as usize * self.batch_size;
         order[start..start + self.batch_size]
             .iter()
-            .map(|&i| self.sequences[i].as_slice())
+            .map(|&i| self.sequences.sequence(i))
             .collect()
     }
 
     /// The micro-batches of optimizer step `step` (1-based), each with its index `k`.
-    pub fn step(&mut self, step: usize) -> Vec<(u64, Vec<&'a [u32]>)> {
+    pub fn step(&mut self, step: usize) -> Vec<(u64, Vec<Vec<u32>>)> {
         (0..self.grad_accumulation)
             .map(|micro| {
                 let k = ((step - 1) * self.grad_accumulation + micro) as u64;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use super::checkpoint::{self, RunState};
 use super::lock::RunLock;
 use crate::config::{DEFAULT_LOG_EVERY, TrainConfig, WeightDecayOn};
-use crate::data::{Masking, WordPieceTokenizer};
+use crate::data::{self, Masking, WordPieceTokenizer};
 use crate::duration::human_duration;
 use crate::error::{ConfigError, TrainError};
 use crate::files::{io, read_json, write_json};
@@ -32,10 +32,58 @@ impl RunDir {
     pub fn loss_curve(&self) -> PathBuf {
         self.0.join("loss_curve.png")
     }
+    /// `data/`: the data folder a run prepares from its corpus (unless it trains from a
+    /// folder of its own, `config.data`).
+    pub fn data(&self) -> PathBuf {
+        self.0.join("data")
+    }
     /// `.lock`: locked by the process that writes the run, holding its PID.
     pub fn lock_file(&self) -> PathBuf {
         self.0.join(".lock")
     }
+    /// Where the run's data folder is: `config.data`, else the run's own [`data`](Self::data).
+    pub fn data_path(&self, config: &TrainConfig) -> PathBuf {
+        config.data.clone().unwrap_or_else(|| self.data())
+    }
+
+    /// Prepares the run's own data folder from `config.corpus` with `tokenizer` (else one
+    /// trained on the training split) if it is missing: a run made before data folders
+    /// existed, or an imported one. With `fresh` (a new run) it is made anew, since a folder
+    /// left by an earlier attempt may have other settings. Nothing to do for a run that
+    /// trains from a folder of its own (`config.data`). Only the process that writes the
+    /// run may call it.
+    ///
+    /// # Errors
+    /// Those of [`data::prepare_folder`].
+    pub fn prepare_data(
+        &self,
+        config: &TrainConfig,
+        tokenizer: Option<WordPieceTokenizer>,
+        fresh: bool,
+    ) -> Result<(), TrainError> {
+        let path = self.data();
+        if config.data.is_some() || (!fresh && path.join("manifest.json").is_file()) {
+            return Ok(());
+        }
+        if path.exists() {
+            std::fs::remove_dir_all(&path).map_err(io(&path))?;
+        }
+        let training = match tokenizer {
+            Some(_) => String::new(),
+            None => format!(
+                " (training a WordPiece vocabulary of {})",
+                config.vocab_size
+            ),
+        };
+        eprintln!(
+            "preparing {} into {}{training}",
+            config.corpus.display(),
+            path.display()
+        );
+        data::prepare_folder(&config.corpus, &path, &config.prepare_options(tokenizer))?;
+        Ok(())
+    }
+
     /// Loads the run's configuration. A run made before a model flag existed
     /// (`sinusoidal_positions`, `local_attention_init`) was made without it: the flag reads
     /// as `false`; one made before `world_size` existed ran as one process, one made
@@ -64,6 +112,9 @@ impl RunDir {
         }
         if let Some(config) = value.as_object_mut() {
             config.entry("world_size").or_insert(1.into());
+            config.entry("data").or_insert(serde_json::Value::Null);
+            config.entry("line_by_line").or_insert(false.into());
+            config.entry("text_field").or_insert("text".into());
             config
                 .entry("log_every")
                 .or_insert(DEFAULT_LOG_EVERY.into());

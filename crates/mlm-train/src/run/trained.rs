@@ -31,6 +31,7 @@ pub struct TrainedRun {
     pub tokenizer: WordPieceTokenizer,
     /// The model of the newest complete checkpoint.
     pub model: BertForMaskedLm,
+    dir: RunDir,
 }
 
 impl TrainedRun {
@@ -48,6 +49,7 @@ impl TrainedRun {
             config,
             tokenizer,
             model,
+            dir,
         })
     }
 
@@ -105,11 +107,12 @@ impl TrainedRun {
             .collect())
     }
 
-    /// Held-out loss, accuracy and perplexity: on the run's own held-out split, or on every
-    /// document of `corpus` when given.
+    /// Held-out loss, accuracy and perplexity: on the run's own held-out split (its data
+    /// folder's, which is prepared first for a run that has none: one made before data
+    /// folders existed, or an imported one), or on every document of `corpus` when given.
     ///
     /// # Errors
-    /// Corpus errors naming the file; masker errors.
+    /// Corpus and data-folder errors naming the file; masker errors.
     pub fn evaluate(
         &self,
         corpus: Option<&Path>,
@@ -122,9 +125,11 @@ impl TrainedRun {
                 self.config.max_seq_len,
             )?,
             None => {
-                let documents = data::read_corpus(&self.config.corpus)?;
-                let (_, held_out) = data::split_held_out(documents, self.config.held_out_every);
-                data::pack(&held_out, &self.tokenizer, self.config.max_seq_len)?
+                let config = &self.config;
+                self.dir
+                    .prepare_data(config, Some(self.tokenizer.clone()), false)?;
+                let data = data::DataFolder::open(&self.dir.data_path(config))?;
+                data.held_out.first(config.max_eval_sequences)
             }
         };
         evaluate(

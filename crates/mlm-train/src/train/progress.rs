@@ -3,30 +3,27 @@
 //! or CI), once per evaluation interval.
 
 use std::io::IsTerminal;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::data::PreparedData;
+use crate::data::DataFolder;
 
-/// Says on stderr that the corpus is being read, and, with `vocab_size`, that a WordPiece
-/// vocabulary of that size is being trained on it.
-pub fn preparing(corpus: &Path, vocab_size: Option<usize>) {
-    let tokenizer = vocab_size
-        .map(|size| format!(" and training a WordPiece vocabulary of {size}"))
-        .unwrap_or_default();
-    eprintln!("reading {}{tokenizer}", corpus.display());
-}
-
-/// Says on stderr what data preparation made.
-pub fn prepared(data: &PreparedData, max_seq_len: usize) {
+/// Says on stderr what the run's data folder holds.
+pub fn prepared(data: &DataFolder) {
+    let manifest = &data.manifest;
     eprintln!(
-        "{} training and {} held-out sequences of up to {max_seq_len} tokens, a vocabulary of \
-         {} tokens",
+        "{}: {} training and {} held-out sequences of up to {} tokens ({}), a vocabulary of {} \
+         tokens",
+        data.path.display(),
         data.train.len(),
         data.held_out.len(),
-        data.tokenizer.vocab_size()
+        manifest.max_seq_len,
+        match manifest.line_by_line {
+            true => "one sentence each",
+            false => "packed",
+        },
+        manifest.vocab_size
     );
 }
 

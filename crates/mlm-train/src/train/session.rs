@@ -61,25 +61,43 @@ pub fn train_with(
     config.validate()?;
     check_fits(&config)?;
     check_group(&config, group)?;
-    // An absolute corpus path, so the run resumes and evaluates from any directory.
+    // Absolute paths, so the run resumes and evaluates from any directory.
     config.corpus = std::fs::canonicalize(&config.corpus)
         .map_err(|_| TrainError::CorpusNotFound(config.corpus.clone()))?;
+    if let Some(data) = &config.data {
+        config.data = Some(
+            std::fs::canonicalize(data).map_err(|_| TrainError::DataFolder {
+                path: data.clone(),
+                reason: "does not exist (`mlm-train prepare --corpus PATH --out DIR` makes one)"
+                    .into(),
+            })?,
+        );
+    }
     if !writes_run(group) {
-        return start(&mut config, None, device, backend, group);
+        return start(
+            &mut config,
+            &RunDir(run_dir.to_path_buf()),
+            false,
+            device,
+            backend,
+            group,
+        );
     }
     let run = NewRun::create(run_dir)?;
-    let result = start(&mut config, Some(&run.dir), device, backend, group);
+    let result = start(&mut config, &run.dir, true, device, backend, group);
     if result.is_err() {
         run.abandon();
     }
     result
 }
 
-/// Writes the tokenizer and `config.json` of a new run in the locked `dir` (if this process
-/// writes the run), then trains.
+/// Opens (the writer: prepares) the run's data, then writes the tokenizer and `config.json`
+/// of a new run in the locked `dir` (if this process, `writes`, writes the run), then
+/// trains.
 fn start(
     config: &mut TrainConfig,
-    dir: Option<&RunDir>,
+    dir: &RunDir,
+    writes: bool,
     device: &Device,
     backend: &str,
     group: Option<&ProcessGroup>,
@@ -89,13 +107,26 @@ fn start(
         .as_deref()
         .map(WordPieceTokenizer::from_file)
         .transpose()?;
-    let prepared = prepare_data(config, tokenizer)?;
-    config.resolve(Some(&prepared.tokenizer));
-    if let Some(dir) = dir {
-        prepared.tokenizer.save(&dir.tokenizer())?;
+    if let (Some(tokenizer), Some(data)) = (&tokenizer, &config.data) {
+        let manifest = data::Manifest::read(data)?;
+        check_same_vocab(data, &manifest, tokenizer, "--tokenizer")?;
+    }
+    let data = open_data(config, dir, tokenizer, writes, true, group)?;
+    config.adopt_data(&data.path, &data.manifest)?;
+    config.resolve(Some(&data.tokenizer));
+    if writes {
+        data.tokenizer.save(&dir.tokenizer())?;
         write_json(&dir.config(), config)?;
     }
-    run(config, dir, prepared, None, device, backend, group)
+    run(
+        config,
+        writes.then_some(dir),
+        &data,
+        None,
+        device,
+        backend,
+        group,
+    )
 }
 
 /// Continues the run in `run_dir` from its newest complete checkpoint, optionally to a
@@ -134,13 +165,28 @@ pub fn resume_with(
     let resumed = ResumedRun::open(run_dir, max_steps, time_budget_seconds, !writer)?;
     check_fits(&resumed.config)?;
     check_group(&resumed.config, group)?;
-    let prepared = prepare_data(&resumed.config, Some(resumed.tokenizer.clone()))?;
+    let tokenizer = Some(resumed.tokenizer.clone());
+    let data = open_data(
+        &resumed.config,
+        &resumed.dir,
+        tokenizer,
+        writer,
+        false,
+        group,
+    )?;
+    let manifest = &data.manifest;
+    check_same_vocab(
+        &data.path,
+        manifest,
+        &resumed.tokenizer,
+        "the run's tokenizer.json",
+    )?;
     if writer {
         resumed.commit()?;
     }
     let dir = writer.then_some(&resumed.dir);
     let from = Some(resumed.checkpoint.clone());
-    run(&resumed.config, dir, prepared, from, device, backend, group)
+    run(&resumed.config, dir, &data, from, device, backend, group)
 }
 
 /// Whether this process writes the run: a single process, or rank 0.
@@ -168,33 +214,64 @@ fn check_group(config: &TrainConfig, group: Option<&ProcessGroup>) -> Result<(),
     .into())
 }
 
-fn prepare_data(
+/// The run's data folder, mapped: the writer prepares it where needed
+/// ([`RunDir::prepare_data`]; `fresh`: anew, for a new run) while the other ranks wait.
+///
+/// # Errors
+/// Data-folder errors; [`ConfigError`] if the training split has fewer sequences than a
+/// batch or the held-out split none.
+fn open_data(
     config: &TrainConfig,
+    dir: &RunDir,
     tokenizer: Option<WordPieceTokenizer>,
-) -> Result<data::PreparedData, TrainError> {
-    progress::preparing(
-        &config.corpus,
-        tokenizer.is_none().then_some(config.vocab_size),
-    );
-    let prepared = data::prepare(
-        &config.corpus,
-        tokenizer,
-        config.vocab_size,
-        config.max_seq_len,
-        config.held_out_every,
-    )?;
-    progress::prepared(&prepared, config.max_seq_len);
-    if prepared.train.len() < config.batch_size {
+    writes: bool,
+    fresh: bool,
+    group: Option<&ProcessGroup>,
+) -> Result<data::DataFolder, TrainError> {
+    if writes {
+        // An error here leaves the job (`ProcessGroup::finish` aborts the waiting ranks).
+        dir.prepare_data(config, tokenizer, fresh)?;
+    }
+    if let Some(group) = group {
+        group.barrier();
+    }
+    let data = data::DataFolder::open(&dir.data_path(config))?;
+    progress::prepared(&data);
+    if data.train.len() < config.batch_size {
         return Err(ConfigError::TrainingSplitTooSmall {
-            sequences: prepared.train.len(),
+            sequences: data.train.len(),
             batch_size: config.batch_size,
         }
         .into());
     }
-    if prepared.held_out.is_empty() {
+    if data.held_out.is_empty() {
         return Err(ConfigError::EmptyHeldOut.into());
     }
-    Ok(prepared)
+    Ok(data)
+}
+
+/// Refuses a data folder whose ids come from another vocabulary than `tokenizer` (named by
+/// `whose`).
+fn check_same_vocab(
+    path: &Path,
+    manifest: &data::Manifest,
+    tokenizer: &WordPieceTokenizer,
+    whose: &str,
+) -> Result<(), TrainError> {
+    if data::folder::vocab_sha256(tokenizer)? == manifest.tokenizer_sha256 {
+        return Ok(());
+    }
+    Err(TrainError::DataFolder {
+        path: path.to_path_buf(),
+        reason: format!(
+            "made with another tokenizer than {whose} (vocabulary sha256 {} against {}, \
+             {} against {} tokens): prepare it again with that tokenizer",
+            &manifest.tokenizer_sha256[..12],
+            &data::folder::vocab_sha256(tokenizer)?[..12],
+            manifest.vocab_size,
+            tokenizer.vocab_size()
+        ),
+    })
 }
 
 /// Trains from `resume_from` (or from scratch) to `config.max_steps` or to the end of the
@@ -203,31 +280,29 @@ fn prepare_data(
 fn run(
     config: &TrainConfig,
     dir: Option<&RunDir>,
-    prepared: data::PreparedData,
+    data: &data::DataFolder,
     resume_from: Option<PathBuf>,
     device: &Device,
     backend: &str,
     group: Option<&ProcessGroup>,
 ) -> Result<Summary, TrainError> {
-    let data::PreparedData {
-        tokenizer,
-        train: sequences,
-        held_out,
-    } = prepared;
-    let mut trainer = Trainer::new(config, &tokenizer, device)?;
+    let tokenizer = &data.tokenizer;
+    // Validation reads the same first held-out sequences every time.
+    let held_out = data.held_out.first(config.max_eval_sequences);
+    let mut trainer = Trainer::new(config, tokenizer, device)?;
     if let Some(from) = &resume_from {
         trainer = trainer.load_checkpoint(from)?;
     }
     let done = trainer.state().step;
     if let Some(group) = group {
-        let facts = start_facts(config, &tokenizer, sequences.len(), done)?;
+        let facts = start_facts(config, tokenizer, data.train.len(), done)?;
         let sync = group.join(&facts)?;
         trainer = trainer.with_ranks(group.rank(), sync);
     }
     let mut session = Session {
         metrics: dir.map(|dir| MetricsLog::open(&dir.0, done)).transpose()?,
         schedule: BatchSchedule::new(
-            &sequences,
+            &data.train,
             config.batch_size * config.world_size,
             config.grad_accumulation,
             config.seed,
@@ -240,13 +315,9 @@ fn run(
                 None => RunEnd::Step(config.max_steps),
             },
         ),
-        baseline: data::unigram_baseline(
-            &sequences,
-            &tokenizer.special_ids,
-            tokenizer.vocab_size(),
-        ),
+        baseline: data::unigram_baseline_of_counts(&data.unigram_counts, &tokenizer.special_ids),
         held_out: &held_out,
-        tokenizer: &tokenizer,
+        tokenizer,
         config,
         dir,
         trainer,
@@ -266,7 +337,7 @@ fn start_facts(
     step: usize,
 ) -> Result<Vec<(String, f64)>, TrainError> {
     let mut settings = config.clone();
-    (settings.corpus, settings.tokenizer) = (PathBuf::new(), None);
+    (settings.corpus, settings.tokenizer, settings.data) = (PathBuf::new(), None, None);
     let serde_json::Value::Object(settings) =
         serde_json::to_value(&settings).expect("a TrainConfig is JSON")
     else {
@@ -327,9 +398,14 @@ impl Session<'_> {
         }
         let mut final_eval = None;
         for step in first..=last_step(self.config) {
+            let batches = self.schedule.step(step);
+            let batches = batches
+                .iter()
+                .map(|(k, sequences)| (*k, sequences.iter().map(Vec::as_slice).collect()))
+                .collect();
             let out = self
                 .trainer
-                .step(self.schedule.step(step))
+                .step(batches)
                 .inspect_err(|_| self.progress.abandon())?;
             let plan = plan(self.config, &out, self.dir.is_some());
             // The step's metrics wait on the device until the plan reads them all at once.

@@ -125,6 +125,16 @@ impl ProcessGroup {
         .into())
     }
 
+    /// Waits until every rank is here (`MPI_Barrier`): rank 0 has prepared the run's data
+    /// folder before the others map it. Without the `mpi` feature there is one process.
+    pub fn barrier(&self) {
+        #[cfg(feature = "mpi")]
+        {
+            use mpi::traits::CommunicatorCollectives;
+            self.universe.world().barrier();
+        }
+    }
+
     /// This process's place in the run.
     pub fn rank(&self) -> Rank {
         Rank {
