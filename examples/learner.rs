@@ -26,7 +26,7 @@ use burn_train::{InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainS
 use mlm_core::learner::{MlmBatch, MlmBatcher, MlmOutput};
 use mlm_core::{MaskedCrossEntropy, MlmHead, MlmHeadConfig};
 use mlm_train::data::Masking;
-use mlm_train::data::{fetch_corpus, prepare};
+use mlm_train::data::{DataFolder, PrepareOptions, TokenSplit, fetch_corpus, prepare_folder};
 
 const SEQ_LEN: usize = 64;
 const BATCH: usize = 32;
@@ -113,9 +113,10 @@ impl InferenceStep for MyEncoderForMlm {
 }
 
 /// `len` of `sequences` (all of them if there are fewer), evenly spaced over the corpus.
-fn subset(sequences: Vec<Vec<u32>>, len: usize) -> InMemDataset<Vec<u32>> {
+fn subset(sequences: &TokenSplit, len: usize) -> InMemDataset<Vec<u32>> {
     let step = (sequences.len() / len.max(1)).max(1);
-    InMemDataset::new(sequences.into_iter().step_by(step).take(len).collect())
+    let indices = (0..sequences.len()).step_by(step).take(len);
+    InMemDataset::new(indices.map(|i| sequences.sequence(i)).collect())
 }
 
 /// A positive count from the command line, or `default` when it is absent.
@@ -134,10 +135,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (steps_per_epoch, epochs) = (count(args.next(), 200)?, count(args.next(), 2)?);
     let dir = PathBuf::from(args.next().unwrap_or("runs/learner-example".into()));
 
-    // The corpus and a WordPiece vocabulary trained on it, from mlm-train's data pipeline.
+    // The corpus and a WordPiece vocabulary trained on it, from mlm-train's data pipeline:
+    // a data folder, prepared once.
     let corpus = PathBuf::from("data/corpus");
     fetch_corpus(&corpus)?;
-    let data = prepare(&corpus, None, 8192, SEQ_LEN, 50)?;
+    let data_dir = dir.join("data");
+    if !data_dir.exists() {
+        prepare_folder(&corpus, &data_dir, &PrepareOptions::new(8192, SEQ_LEN, 50))?;
+    }
+    let data = DataFolder::open(&data_dir)?;
     let masker = data.tokenizer.masker(0.15, Masking::Token, SEED)?;
     let batcher = MlmBatcher::new(masker);
 
@@ -148,11 +154,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .shuffle(SEED)
         .num_workers(2)
         .set_device(device.clone())
-        .build(subset(data.train, steps_per_epoch * BATCH));
+        .build(subset(&data.train, steps_per_epoch * BATCH));
     let valid = DataLoaderBuilder::new(batcher)
         .batch_size(BATCH)
         .set_device(device.clone())
-        .build(subset(data.held_out, 16 * BATCH));
+        .build(subset(&data.held_out, 16 * BATCH));
 
     // Built on the autodiff device: burn-train forks the model onto `autodiff(its device)`,
     // and parameters made on a plain device would stay untracked there.

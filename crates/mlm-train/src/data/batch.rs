@@ -81,9 +81,15 @@ pub fn check_max_seq_len(max_seq_len: usize) -> Result<(), ConfigError> {
 }
 
 /// The order of the sequences in epoch `epoch`: a permutation seeded by `(seed, epoch)`,
-/// so a resumed run sees the same order as an uninterrupted one.
-pub fn epoch_order(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..n).collect();
+/// so a resumed run sees the same order as an uninterrupted one. Held as `u32` (4 bytes a
+/// sequence: 80 MiB for a billion tokens in sequences of 64); the shuffle draws the same
+/// numbers whatever the element type, so the order is the one a `usize` list would take.
+///
+/// # Panics
+/// If `n` exceeds `u32::MAX` (2^32 sequences: some 275 B tokens in sequences of 64).
+pub fn epoch_order(n: usize, seed: u64, epoch: u64) -> Vec<u32> {
+    let n = u32::try_from(n).expect("at most 2^32 - 1 training sequences");
+    let mut order: Vec<u32> = (0..n).collect();
     order.shuffle(&mut stream_rng(seed, Stream::EpochOrder, epoch));
     order
 }
@@ -210,25 +216,11 @@ pub fn to_device(
     })
 }
 
-/// Unigram statistics of the tokens a masker can select (every non-special token) in
-/// `sequences`: [`unigram_baseline_of_counts`] of their counts.
-pub fn unigram_baseline(
-    sequences: &[Vec<u32>],
-    special_ids: &[u32],
-    vocab_size: usize,
-) -> (f64, f64) {
-    let mut counts = vec![0u64; vocab_size];
-    for &id in sequences.iter().flatten() {
-        counts[id as usize] += 1;
-    }
-    unigram_baseline_of_counts(&counts, special_ids)
-}
-
 /// Unigram statistics of the tokens a masker can select, from each id's count (`[vocab_size]`,
 /// specials ignored): the entropy of their distribution in nats — the loss of a model that
 /// ignores context — and the share of the most frequent one — the accuracy of always
 /// guessing it. `(0, 0)` when no selectable token occurs.
-pub fn unigram_baseline_of_counts(counts: &[u64], special_ids: &[u32]) -> (f64, f64) {
+pub fn unigram_baseline(counts: &[u64], special_ids: &[u32]) -> (f64, f64) {
     let mut counts = counts.to_vec();
     for &id in special_ids {
         counts[id as usize] = 0;
@@ -258,17 +250,21 @@ mod tests {
         let a = epoch_order(100, 1, 0);
         let mut sorted = a.clone();
         sorted.sort_unstable();
-        assert_eq!(sorted, (0..100).collect::<Vec<_>>());
+        assert_eq!(sorted, (0..100).collect::<Vec<u32>>());
         assert_eq!(a, epoch_order(100, 1, 0));
         assert_ne!(a, epoch_order(100, 1, 1));
         assert_ne!(a, epoch_order(100, 2, 0));
+        // The order of a `usize` list, as runs made before the `u32` list drew it.
+        let mut wide: Vec<usize> = (0..100).collect();
+        wide.shuffle(&mut stream_rng(1, Stream::EpochOrder, 0));
+        assert_eq!(a.iter().map(|&i| i as usize).collect::<Vec<_>>(), wide);
     }
 
     #[test]
     fn unigram_baseline_of_a_known_distribution() {
         // Tokens 5 and 6 at 3:1, specials 0 and 1 ignored.
-        let sequences = vec![vec![0, 5, 5, 6, 1], vec![0, 5, 1]];
-        let (entropy, most_frequent) = unigram_baseline(&sequences, &[0, 1], 10);
+        let counts = [2, 2, 0, 0, 0, 3, 1, 0, 0, 0];
+        let (entropy, most_frequent) = unigram_baseline(&counts, &[0, 1]);
         let expected = -(0.75f64 * 0.75f64.ln() + 0.25 * 0.25f64.ln());
         assert!((entropy - expected).abs() < 1e-12);
         assert_eq!(most_frequent, 0.75);

@@ -182,6 +182,15 @@ impl TokenSplit {
         tokens.ids(offsets.get(local) as usize..offsets.get(local + 1) as usize)
     }
 
+    /// Unmaps the pages read so far ([`NpyArray::release`]): a run's memory stays that of a
+    /// batch, whatever the size of the corpus.
+    pub fn release_pages(&self) {
+        for shard in &self.shards {
+            shard.tokens.release();
+            shard.offsets.release();
+        }
+    }
+
     /// The first `n` sequences (all of them if fewer).
     pub fn first(&self, n: usize) -> Vec<Vec<u32>> {
         (0..n.min(self.len())).map(|i| self.sequence(i)).collect()

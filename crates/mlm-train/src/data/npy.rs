@@ -131,6 +131,21 @@ impl NpyArray {
         })
     }
 
+    /// Unmaps the pages read so far (`MADV_DONTNEED`), so that they leave this process's
+    /// resident set; the next read maps them again from the page cache or the file. The
+    /// kernel maps up to 16 cached neighbours of each page read (fault-around, which
+    /// `MADV_RANDOM` does not stop), so without this a run's RSS would grow towards the
+    /// size of the files it samples from.
+    pub fn release(&self) {
+        // Safety: the map is read-only and nothing writes its file (see `open`): dropping
+        // its pages changes no value a later read sees. An error only keeps the pages.
+        #[cfg(unix)]
+        let _ = unsafe {
+            self.map
+                .unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
+        };
+    }
+
     /// Number of values.
     pub fn len(&self) -> usize {
         self.len

@@ -14,7 +14,7 @@ pub struct BatchSchedule<'a> {
     grad_accumulation: usize,
     seed: u64,
     /// The current epoch's permutation, recomputed when the epoch changes.
-    order: Option<(u64, Vec<usize>)>,
+    order: Option<(u64, Vec<u32>)>,
 }
 
 impl<'a> BatchSchedule<'a> {
@@ -56,10 +56,12 @@ impl<'a> BatchSchedule<'a> {
         }
         let (_, order) = self.order.as_ref().expect("set above");
         let start = (k % batches_per_epoch) as usize * self.batch_size;
-        order[start..start + self.batch_size]
+        let batch = order[start..start + self.batch_size]
             .iter()
-            .map(|&i| self.sequences.sequence(i))
-            .collect()
+            .map(|&i| self.sequences.sequence(i as usize))
+            .collect();
+        self.sequences.release_pages();
+        batch
     }
 
     /// The micro-batches of optimizer step `step` (1-based), each with its index `k`.

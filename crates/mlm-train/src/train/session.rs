@@ -315,7 +315,7 @@ fn run(
                 None => RunEnd::Step(config.max_steps),
             },
         ),
-        baseline: data::unigram_baseline_of_counts(&data.unigram_counts, &tokenizer.special_ids),
+        baseline: data::unigram_baseline(&data.unigram_counts, &tokenizer.special_ids),
         held_out: &held_out,
         tokenizer,
         config,
