@@ -43,9 +43,11 @@ pub fn train(
 }
 
 /// [`train`], as rank `group.rank` of a data-parallel run of `config.world_size` processes
-/// when `group` is given: every rank prepares the same data and the same model, trains its
-/// share of every global batch, and adds its gradients to the others'; rank 0 alone writes
-/// `run_dir` (the other ranks write nothing).
+/// when `group` is given: rank 0 prepares the run's data folder (from `config.corpus`,
+/// unless `config.data` names one) while the others wait, every rank maps it and builds the
+/// same model, trains its share of every global batch, and adds its gradients to the
+/// others'; rank 0 alone writes `run_dir` (the other ranks read its `data/` and write
+/// nothing). `run_dir` must therefore be on a disk every rank sees.
 ///
 /// # Errors
 /// As [`train`]; [`TrainError::Config`] for a `config.world_size` other than the group's
