@@ -44,7 +44,8 @@ pub const DEFAULT_LOG_EVERY: usize = 10;
 #[derive(Config, Debug)]
 pub struct TrainConfig {
     /// A corpus file (`.txt`, `.jsonl`, either gzip-compressed) or a folder of them, which
-    /// the run prepares into its own data folder (`RUN/data`) unless `data` is given.
+    /// the run prepares into its own data folder (`RUN/data`) unless `data` is given (then
+    /// it is not read, and `train --data` leaves it empty).
     pub corpus: PathBuf,
     /// A data folder made by `mlm-train prepare`, memory-mapped instead of preparing
     /// `corpus`; it fixes the tokenizer, `max_seq_len`, `line_by_line` and the held-out split.

@@ -112,6 +112,10 @@ fn bad_corpora_leave_no_folder_behind() {
     std::fs::write(corpus.join("a.txt"), "[Applause]\n\nCHAPTER 1.").unwrap();
     let error = prepare();
     assert!(error.contains("holds no text"), "{error}");
+    let mut all_held_out = options.clone();
+    all_held_out.held_out_every = 1;
+    let error = prepare_folder(&corpus, &out, &all_held_out).unwrap_err();
+    assert!(error.to_string().contains("at least 2"), "{error}");
     let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
     assert_eq!(left.len(), 1, "only the corpus remains: {left:?}");
 }
@@ -130,7 +134,9 @@ fn a_run_from_a_data_folder_equals_a_run_from_its_corpus() {
     .unwrap();
     let folder = tmp.path().join("data");
     prepare_folder(&corpus(), &folder, &options(&config)).unwrap();
-    let from_folder = config.clone().with_data(Some(folder.clone()));
+    // A run from a folder reads no corpus.
+    let mut from_folder = config.clone().with_data(Some(folder.clone()));
+    from_folder.corpus = "no-such-corpus".into();
     mlm_train::train(
         from_folder.clone(),
         &tmp.path().join("data-run"),
@@ -193,7 +199,7 @@ fn line_by_line_pads_one_sentence_per_sequence_and_padding_changes_no_logit() {
     assert!(manifest.line_by_line);
     let data = DataFolder::open(&folder).unwrap();
     // One sequence per sentence, or several where a sentence is longer than 62 tokens.
-    let expected: usize = read_corpus(&corpus())
+    let expected: usize = read_corpus(&corpus(), "text")
         .unwrap()
         .iter()
         .flat_map(|d| &d.sentences)

@@ -360,6 +360,8 @@ impl TrainArgs {
         self.apply_flags(&mut c);
         c.line_by_line |= self.line_by_line;
         if let Some(data) = &self.data {
+            // No corpus is read (nor fetched): the folder holds the text's ids.
+            c.corpus = PathBuf::new();
             c.data = Some(data.clone());
             // The folder's sequence length, unless one is asked for (then checked against it).
             if self.max_seq_len.is_none() {

@@ -1,5 +1,6 @@
 //! What each command does: parse, dispatch, print, and turn the result into an exit status.
 
+use std::io::Write;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 
@@ -250,7 +251,9 @@ pub(crate) fn exit_status(result: Result<u8, TrainError>) -> u8 {
             0
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            // One write: `eprintln!` writes each formatted piece on its own (stderr is
+            // unbuffered), and an MPI launcher tags each piece it reads as a line of its own.
+            let _ = std::io::stderr().write_all(format!("error: {e}\n").as_bytes());
             match e {
                 TrainError::Stopped { exit_status, .. } => exit_status,
                 _ => 1,

@@ -74,7 +74,8 @@ fn train_as(args: &TrainArgs, group: Option<&ProcessGroup>) -> Result<u8, TrainE
                 let mut config = args.config()?;
                 config.world_size = group.map_or(1, |group| group.world_size);
                 // Rank 0 alone fetches: ranks on one machine would share the staging folder.
-                if config.corpus == Path::new(DEFAULT_CORPUS) && rank == 0 {
+                if config.data.is_none() && config.corpus == Path::new(DEFAULT_CORPUS) && rank == 0
+                {
                     fetch_corpus(&config.corpus)?;
                 }
                 train_with(config, &args.run, &device, backend, group)

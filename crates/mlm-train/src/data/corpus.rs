@@ -1,4 +1,4 @@
-//! Corpus: fetch the public-domain texts, read any `.txt` file or folder, clean it into
+//! Corpus: fetch the public-domain texts, read a corpus file or folder, clean it into
 //! sentences, and split documents into training and held-out sets.
 
 use std::io::Read;
@@ -7,6 +7,7 @@ use std::process::Command;
 
 use sha2::{Digest, Sha256};
 
+use super::source::{RawDocuments, source_files};
 use crate::error::TrainError;
 use crate::files::io;
 
@@ -157,29 +158,24 @@ pub struct Document {
     pub sentences: Vec<String>,
 }
 
-/// Reads a `.txt` file, or every `.txt` file under a folder (sorted by path), and cleans it.
+/// Reads a corpus file or folder ([`source_files`]: `.txt`, `.jsonl` with the text in
+/// `text_field`, either gzip-compressed) in memory and cleans each document; documents with
+/// no sentence are left out. For a corpus to evaluate on; training prepares a data folder
+/// ([`prepare_folder`](super::prepare_folder)), which streams.
 ///
 /// # Errors
-/// [`TrainError::CorpusNotFound`] for a missing path; [`TrainError::NotUtf8`] naming the
-/// first file that is not UTF-8; [`TrainError::EmptyCorpus`] if no sentence remains.
-pub fn read_corpus(path: &Path) -> Result<Vec<Document>, TrainError> {
-    if !path.exists() {
-        return Err(TrainError::CorpusNotFound(path.to_path_buf()));
-    }
-    let mut files = Vec::new();
-    collect_txt_files(path, &mut files)?;
-    files.sort();
+/// [`TrainError::CorpusNotFound`] for a missing path; [`TrainError::NotUtf8`] and
+/// [`TrainError::CorpusFile`] naming the first file (and line) that cannot be read;
+/// [`TrainError::EmptyCorpus`] if no sentence remains.
+pub fn read_corpus(path: &Path, text_field: &str) -> Result<Vec<Document>, TrainError> {
+    let files = source_files(path)?;
     let mut documents = Vec::new();
-    for file in files {
-        let bytes = std::fs::read(&file).map_err(io(&file))?;
-        let text = String::from_utf8(bytes).map_err(|e| TrainError::NotUtf8 {
-            path: file.clone(),
-            offset: e.utf8_error().valid_up_to(),
-        })?;
-        let sentences = clean(&text);
+    for raw in RawDocuments::new(&files, text_field) {
+        let raw = raw?;
+        let sentences = clean(&raw.text);
         if !sentences.is_empty() {
             documents.push(Document {
-                path: file,
+                path: raw.path,
                 sentences,
             });
         }
@@ -188,22 +184,6 @@ pub fn read_corpus(path: &Path) -> Result<Vec<Document>, TrainError> {
         return Err(TrainError::EmptyCorpus(path.to_path_buf()));
     }
     Ok(documents)
-}
-
-fn collect_txt_files(path: &Path, files: &mut Vec<PathBuf>) -> Result<(), TrainError> {
-    if path.is_file() {
-        files.push(path.to_path_buf());
-        return Ok(());
-    }
-    for entry in std::fs::read_dir(path).map_err(io(path))? {
-        let entry = entry.map_err(io(path))?.path();
-        if entry.is_dir() {
-            collect_txt_files(&entry, files)?;
-        } else if entry.extension().is_some_and(|e| e == "txt") {
-            files.push(entry);
-        }
-    }
-    Ok(())
 }
 
 /// Cleans raw text into sentences: paragraphs joined across hard line breaks, headings

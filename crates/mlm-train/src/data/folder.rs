@@ -106,10 +106,19 @@ impl Manifest {
     /// Reads `DIR/manifest.json`.
     ///
     /// # Errors
-    /// [`TrainError::DataFolder`] if `dir` has none (it is not a finished data folder) or it
-    /// is of another format; JSON and I/O errors naming the file.
+    /// [`TrainError::DataFolder`] if `dir` does not exist, has none (it is not a finished data
+    /// folder) or it is of another format; JSON and I/O errors naming the file.
     pub fn read(dir: &Path) -> Result<Self, TrainError> {
         let path = dir.join("manifest.json");
+        if !dir.is_dir() {
+            return Err(TrainError::DataFolder {
+                path: dir.to_path_buf(),
+                reason: "does not exist (`mlm-train prepare --corpus PATH --out DIR` makes one; \
+                         a run made from a folder since moved reads its new path from `data` in \
+                         the run's config.json)"
+                    .into(),
+            });
+        }
         if !path.is_file() {
             return Err(TrainError::DataFolder {
                 path: dir.to_path_buf(),

@@ -67,7 +67,7 @@ impl PrepareOptions {
 /// exist; returns its manifest. Prints a progress line to stderr every 10 seconds.
 ///
 /// # Errors
-/// [`TrainError::DataFolder`] if `out` exists or `held_out_every` is 0; corpus errors naming
+/// [`TrainError::DataFolder`] if `out` exists or `held_out_every` is below 2; corpus errors naming
 /// the file and line ([`TrainError::CorpusFile`], [`TrainError::NotUtf8`]),
 /// [`TrainError::EmptyCorpus`]; tokenizer and I/O errors. On any error nothing is left at
 /// `out`, and its staging folder is removed.
@@ -83,10 +83,14 @@ pub fn prepare_folder(
             reason: "already exists: remove it or choose another --out".into(),
         });
     }
-    if options.held_out_every == 0 {
+    if options.held_out_every < 2 {
         return Err(TrainError::DataFolder {
             path: out.to_path_buf(),
-            reason: "held_out_every must be at least 1".into(),
+            reason: format!(
+                "held_out_every = {} holds out every document and trains on none: it must be \
+                 at least 2",
+                options.held_out_every
+            ),
         });
     }
     let staging = staging_dir(out);

@@ -193,21 +193,31 @@ fn record(
     }
 }
 
-/// `bytes` as UTF-8 text.
+/// `bytes` as UTF-8 text, less a byte-order mark at the start of a file.
 fn text(file: &SourceFile, line: Option<usize>, bytes: Vec<u8>) -> Result<String, TrainError> {
-    String::from_utf8(bytes).map_err(|e| {
+    let text = String::from_utf8(bytes).map_err(|e| {
         let offset = e.utf8_error().valid_up_to();
         match line {
             None if !file.gzip => TrainError::NotUtf8 {
                 path: file.path.clone(),
                 offset,
             },
-            _ => corpus_error(
-                file,
-                line,
-                format!("not UTF-8 text (invalid byte at offset {offset} of the decoded text)"),
-            ),
+            _ => {
+                let of = match line {
+                    Some(_) => "the line",
+                    None => "the decompressed text",
+                };
+                corpus_error(
+                    file,
+                    line,
+                    format!("not UTF-8 text (invalid byte at offset {offset} of {of})"),
+                )
+            }
         }
+    })?;
+    Ok(match (line, text.strip_prefix('\u{feff}')) {
+        (None | Some(1), Some(rest)) => rest.to_string(),
+        _ => text,
     })
 }
 
@@ -244,7 +254,8 @@ mod tests {
         std::fs::write(dir.path().join("b.txt"), "Plain text.").unwrap();
         std::fs::write(
             dir.path().join("a.jsonl"),
-            "{\"text\": \"One.\"}\n\n{\"text\": \"Two.\", \"id\": 2}\n",
+            // A byte-order mark, a blank line and Windows line ends.
+            "\u{feff}{\"text\": \"One.\"}\r\n\n{\"text\": \"Two.\", \"id\": 2}\r\n",
         )
         .unwrap();
         std::fs::write(

@@ -120,7 +120,7 @@ impl TrainedRun {
     ) -> Result<EvalMetrics, TrainError> {
         let sequences = match corpus {
             Some(path) => data::pack(
-                &data::read_corpus(path)?,
+                &data::read_corpus(path, &self.config.text_field)?,
                 &self.tokenizer,
                 self.config.max_seq_len,
             )?,

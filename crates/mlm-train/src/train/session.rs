@@ -16,7 +16,7 @@ use super::trainer::{StepMetrics, StepOutput, Trainer};
 use crate::data::{self, BatchSchedule, WordPieceTokenizer};
 use crate::error::{ConfigError, TrainError};
 use crate::eval::EvalMetrics;
-use crate::files::write_json;
+use crate::files::{io, write_json};
 use crate::run::dir::{NewRun, ResumedRun, RunDir};
 use crate::run::report::{MetricsLog, MetricsRow, Summary, plot_loss_curve};
 
@@ -63,17 +63,17 @@ pub fn train_with(
     config.validate()?;
     check_fits(&config)?;
     check_group(&config, group)?;
-    // Absolute paths, so the run resumes and evaluates from any directory.
-    config.corpus = std::fs::canonicalize(&config.corpus)
-        .map_err(|_| TrainError::CorpusNotFound(config.corpus.clone()))?;
-    if let Some(data) = &config.data {
-        config.data = Some(
-            std::fs::canonicalize(data).map_err(|_| TrainError::DataFolder {
-                path: data.clone(),
-                reason: "does not exist (`mlm-train prepare --corpus PATH --out DIR` makes one)"
-                    .into(),
-            })?,
-        );
+    // Absolute paths, so the run resumes and evaluates from any directory; a run from a
+    // data folder reads no corpus.
+    match &config.data {
+        Some(data) => {
+            data::Manifest::read(data)?;
+            config.data = Some(std::fs::canonicalize(data).map_err(io(data))?);
+        }
+        None => {
+            config.corpus = std::fs::canonicalize(&config.corpus)
+                .map_err(|_| TrainError::CorpusNotFound(config.corpus.clone()))?
+        }
     }
     if !writes_run(group) {
         return start(
