@@ -6,6 +6,7 @@ use std::path::Path;
 
 use ahash::{AHashMap, RandomState};
 use compact_str::CompactString;
+use rayon::prelude::*;
 use tokenizers::models::bpe::{BPE, BpeTrainer};
 use tokenizers::models::wordpiece::WordPiece;
 use tokenizers::normalizers::bert::BertNormalizer;
@@ -276,21 +277,21 @@ impl WordPieceTokenizer {
 
 /// How often each word of `sentences` occurs after BERT's normalisation and
 /// pre-tokenisation, in a map whose iteration order depends on its contents alone: fixed
-/// hash keys, words inserted in sorted order.
+/// hash keys, words inserted in sorted order. Counted on every core, in chunks whose maps
+/// are then added up: the same counts as one pass.
 fn word_counts<'a>(
     sentences: impl Iterator<Item = &'a str>,
 ) -> tokenizers::Result<AHashMap<CompactString, u64>> {
-    let normalizer = BertNormalizer::default();
-    let mut counts: HashMap<String, u64> = HashMap::new();
-    for sentence in sentences {
-        let mut normalized = NormalizedString::from(sentence);
-        normalizer.normalize(&mut normalized)?;
-        let mut words = PreTokenizedString::from(normalized);
-        BertPreTokenizer.pre_tokenize(&mut words)?;
-        for (word, _, _) in words.get_splits(OffsetReferential::Original, OffsetType::Byte) {
-            *counts.entry(word.to_owned()).or_default() += 1;
-        }
-    }
+    let sentences: Vec<&str> = sentences.collect();
+    let counts = sentences.par_chunks(4096).map(count_words).try_reduce(
+        HashMap::new,
+        |mut total, counts| {
+            for (word, n) in counts {
+                *total.entry(word).or_default() += n;
+            }
+            Ok(total)
+        },
+    )?;
     let mut sorted: Vec<(String, u64)> = counts.into_iter().collect();
     sorted.sort_unstable();
     let mut map =
@@ -301,6 +302,22 @@ fn word_counts<'a>(
             .map(|(word, n)| (CompactString::from(word), n)),
     );
     Ok(map)
+}
+
+/// [`word_counts`] of one chunk of sentences.
+fn count_words(sentences: &[&str]) -> tokenizers::Result<HashMap<String, u64>> {
+    let normalizer = BertNormalizer::default();
+    let mut counts: HashMap<String, u64> = HashMap::new();
+    for sentence in sentences {
+        let mut normalized = NormalizedString::from(*sentence);
+        normalizer.normalize(&mut normalized)?;
+        let mut words = PreTokenizedString::from(normalized);
+        BertPreTokenizer.pre_tokenize(&mut words)?;
+        for (word, _, _) in words.get_splits(OffsetReferential::Original, OffsetType::Byte) {
+            *counts.entry(word.to_owned()).or_default() += 1;
+        }
+    }
+    Ok(counts)
 }
 
 /// BERT's uncased pipeline around a WordPiece model: clean text, lowercase, strip accents,
@@ -315,6 +332,29 @@ fn bert_pipeline(model: WordPiece) -> Tokenizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counted in chunks on every core, the words add up to one pass's counts.
+    #[test]
+    fn word_counts_in_chunks_equal_one_pass() {
+        let sentences: Vec<String> = (0..10_000)
+            .map(|i| format!("Sentence {} of the Ünïcode test, word{}.", i % 97, i % 13))
+            .collect();
+        let refs: Vec<&str> = sentences.iter().map(String::as_str).collect();
+        let mut chunked: Vec<(String, u64)> = word_counts(refs.iter().copied())
+            .unwrap()
+            .into_iter()
+            .map(|(word, n)| (word.to_string(), n))
+            .collect();
+        chunked.sort_unstable();
+        let mut one_pass: Vec<(String, u64)> = count_words(&refs).unwrap().into_iter().collect();
+        one_pass.sort_unstable();
+        assert!(refs.len() > 2 * 4096);
+        assert_eq!(chunked, one_pass);
+        assert_eq!(
+            one_pass.iter().find(|(w, _)| w == "sentence").unwrap().1,
+            10_000
+        );
+    }
 
     /// `--masking span` builds a span masker whose words are this vocabulary's: no span
     /// starts or ends inside a word, and `--masking token` selects single tokens.
