@@ -109,11 +109,12 @@ fn start(
         .as_deref()
         .map(WordPieceTokenizer::from_file)
         .transpose()?;
-    if let (Some(tokenizer), Some(data)) = (&tokenizer, &config.data) {
-        let manifest = data::Manifest::read(data)?;
-        check_same_vocab(data, &manifest, tokenizer, "--tokenizer")?;
-    }
+    // A folder of `--data` is only read: it is checked against `--tokenizer` once mapped.
+    let given = config.data.is_some().then(|| tokenizer.clone()).flatten();
     let data = open_data(config, dir, tokenizer, writes, true, group)?;
+    if let Some(tokenizer) = &given {
+        check_same_vocab(&data, tokenizer, "--tokenizer")?;
+    }
     config.adopt_data(&data.path, &data.manifest)?;
     config.resolve(Some(&data.tokenizer));
     if writes {
@@ -176,13 +177,7 @@ pub fn resume_with(
         false,
         group,
     )?;
-    let manifest = &data.manifest;
-    check_same_vocab(
-        &data.path,
-        manifest,
-        &resumed.tokenizer,
-        "the run's tokenizer.json",
-    )?;
+    check_same_vocab(&data, &resumed.tokenizer, "the run's tokenizer.json")?;
     if writer {
         resumed.commit()?;
     }
@@ -255,22 +250,25 @@ fn open_data(
 /// Refuses a data folder whose ids come from another vocabulary than `tokenizer` (named by
 /// `whose`).
 fn check_same_vocab(
-    path: &Path,
-    manifest: &data::Manifest,
+    data: &data::DataFolder,
     tokenizer: &WordPieceTokenizer,
     whose: &str,
 ) -> Result<(), TrainError> {
-    if data::folder::vocab_sha256(tokenizer)? == manifest.tokenizer_sha256 {
+    let (theirs, ours) = (
+        &data.manifest.tokenizer_sha256,
+        data::folder::vocab_sha256(tokenizer)?,
+    );
+    if *theirs == ours {
         return Ok(());
     }
     Err(TrainError::DataFolder {
-        path: path.to_path_buf(),
+        path: data.path.clone(),
         reason: format!(
             "made with another tokenizer than {whose} (vocabulary sha256 {} against {}, \
              {} against {} tokens): prepare it again with that tokenizer",
-            &manifest.tokenizer_sha256[..12],
-            &data::folder::vocab_sha256(tokenizer)?[..12],
-            manifest.vocab_size,
+            &theirs[..12],
+            &ours[..12],
+            data.manifest.vocab_size,
             tokenizer.vocab_size()
         ),
     })
