@@ -11,6 +11,7 @@ use crate::data::{self, Manifest, Masking, PrepareOptions, WordPieceTokenizer};
 use crate::error::{ConfigError, TrainError};
 use crate::files::read_json;
 use crate::model::BertConfig;
+use crate::model::hf::Pretrained;
 
 /// Which parameters AdamW's decoupled weight decay shrinks (`--weight-decay-on`,
 /// `"weight_decay_on"` in `config.json`).
@@ -59,8 +60,14 @@ pub struct TrainConfig {
     /// `text`).
     #[config(default = "String::from(\"text\")")]
     pub text_field: String,
+    /// A Hugging Face `BertForMaskedLM` folder whose weights the run starts from
+    /// (continued pretraining) instead of a seeded initialisation, with fresh optimizer state
+    /// and the run's own schedule. It fixes `model` and `tokenizer`
+    /// ([`TrainConfig::continue_from`]); a resume reads its checkpoint instead.
+    #[config(default = "None")]
+    pub init_from: Option<PathBuf>,
     /// Model sizes; `vocab_size` and `max_position_embeddings` follow from the tokenizer and
-    /// `max_seq_len` ([`TrainConfig::resolve`]).
+    /// `max_seq_len` ([`TrainConfig::resolve`]), or from `init_from`'s checkpoint.
     #[config(default = "BertConfig::new(8192).with_local_attention_init(true)")]
     pub model: BertConfig,
     /// A `tokenizer.json` or `vocab.txt` to use instead of training one.
@@ -160,11 +167,40 @@ impl TrainConfig {
     /// `max_seq_len`, and `model.vocab_size` = the tokenizer's size once one is known. The
     /// trainer, the CLI, the examples and library users all get the same model from the
     /// same settings this way. Idempotent; a run's saved `config.json` is already resolved.
+    /// A run `init_from` a checkpoint keeps the checkpoint's sizes.
     pub fn resolve(&mut self, tokenizer: Option<&WordPieceTokenizer>) {
+        if self.init_from.is_some() {
+            return;
+        }
         self.model.max_position_embeddings = self.max_seq_len;
         if let Some(tokenizer) = tokenizer {
             self.model.vocab_size = tokenizer.vocab_size();
         }
+    }
+
+    /// Continues pretraining `pretrained`: the run starts from its weights (`init_from`),
+    /// with its model (`model`, dropout included, as `run_mlm.py` keeps it) and its tokenizer
+    /// (`tokenizer`, `vocab_size`). Call it before setting dropout of your own.
+    ///
+    /// # Errors
+    /// [`ConfigError::Value`] for a `max_seq_len` above the checkpoint's
+    /// `max_position_embeddings`, naming both.
+    pub fn continue_from(&mut self, pretrained: &Pretrained) -> Result<(), ConfigError> {
+        let positions = pretrained.config.max_position_embeddings;
+        ConfigError::check(
+            "max_seq_len",
+            self.max_seq_len,
+            self.max_seq_len <= positions,
+            format!(
+                "is above the max_position_embeddings = {positions} of {}",
+                pretrained.dir.display()
+            ),
+        )?;
+        self.init_from = Some(pretrained.dir.clone());
+        self.model = pretrained.config.clone();
+        self.vocab_size = pretrained.config.vocab_size;
+        self.tokenizer = Some(pretrained.tokenizer_file.clone());
+        Ok(())
     }
 
     /// Checks every setting before anything is written, so a bad flag never leaves a

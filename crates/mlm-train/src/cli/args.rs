@@ -14,6 +14,7 @@ use crate::data::{Manifest, Masking, PrepareOptions, WordPieceTokenizer};
 use crate::duration::parse_time_budget;
 use crate::error::TrainError;
 use crate::model::BertConfig;
+use crate::model::hf::Pretrained;
 
 /// Where `fetch-corpus` puts the default corpus, and where `train` looks for it.
 pub(crate) const DEFAULT_CORPUS: &str = "data/corpus";
@@ -204,6 +205,15 @@ pub(crate) struct TrainArgs {
     /// sequences of up to --max-seq-len tokens (run_mlm.py's --line_by_line).
     #[arg(long, conflicts_with = "resume")]
     pub(crate) line_by_line: bool,
+    /// Continue pretraining a Hugging Face BertForMaskedLM folder (config.json,
+    /// model.safetensors, tokenizer.json or vocab.txt; run_mlm.py's --model_name_or_path):
+    /// its weights, model and tokenizer, with fresh optimizer state and this run's schedule.
+    /// Its held-out loss before training is logged as step 0.
+    #[arg(long, value_name = "HF_DIR", conflicts_with_all = [
+        "resume", "vocab_size", "tokenizer", "hidden_size", "layers", "heads",
+        "intermediate_size", "local_attention_init",
+    ])]
+    pub(crate) init_from: Option<PathBuf>,
     /// Run directory: config.json, tokenizer.json, metrics.csv, checkpoints/, loss_curve.png, summary.json.
     #[arg(long, default_value = "runs/tiny-bert")]
     pub(crate) run: PathBuf,
@@ -356,6 +366,12 @@ impl TrainArgs {
         };
         if let Some(corpus) = &self.corpus {
             c.corpus = corpus.clone();
+        }
+        // Before the flags: --max-seq-len is checked against the checkpoint's positions
+        // below, and --dropout may replace the checkpoint's.
+        if let Some(dir) = &self.init_from {
+            c.max_seq_len = self.max_seq_len.unwrap_or(c.max_seq_len);
+            c.continue_from(&Pretrained::read(dir)?)?;
         }
         self.apply_flags(&mut c);
         c.line_by_line |= self.line_by_line;

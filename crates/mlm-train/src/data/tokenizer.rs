@@ -7,6 +7,7 @@ use std::path::Path;
 use ahash::{AHashMap, RandomState};
 use compact_str::CompactString;
 use rayon::prelude::*;
+use tokenizers::models::ModelWrapper;
 use tokenizers::models::bpe::{BPE, BpeTrainer};
 use tokenizers::models::wordpiece::WordPiece;
 use tokenizers::normalizers::bert::BertNormalizer;
@@ -108,8 +109,18 @@ impl WordPieceTokenizer {
                 .map_err(|e| fail(e.to_string()))?;
             bert_pipeline(model)
         } else {
-            Tokenizer::from_file(path)
-                .map_err(|e| fail(format!("not a tokenizer.json (nor a vocab.txt): {e}")))?
+            let tokenizer = Tokenizer::from_file(path)
+                .map_err(|e| fail(format!("not a tokenizer.json (nor a vocab.txt): {e}")))?;
+            if !matches!(tokenizer.get_model(), ModelWrapper::WordPiece(_)) {
+                let kind = serde_json::to_value(tokenizer.get_model())
+                    .ok()
+                    .and_then(|model| model["type"].as_str().map(String::from))
+                    .unwrap_or_else(|| "another".into());
+                return Err(fail(format!(
+                    "its model is {kind}; only WordPiece (BERT) tokenizers are supported"
+                )));
+            }
+            tokenizer
         };
         Self::new(tokenizer, path)
     }

@@ -233,8 +233,9 @@ pub fn check_format(dir: &Path) -> Result<(), TrainError> {
         &dir.join(MODEL_FILE_0_1),
         "was written by mlm-train 0.1 (Burn 0.21), whose records Burn 0.22 cannot read. \
          Carry the weights across with 0.1's `mlm-train export-hf --run RUN HF_DIR`, then \
-         `mlm-train import-hf HF_DIR --out NEW_RUN` here; the optimizer state does not cross, \
-         so the imported run is for predict, eval and export-hf, and training starts anew",
+         `mlm-train import-hf HF_DIR --out NEW_RUN` here for predict, eval and export-hf, or \
+         `mlm-train train --init-from HF_DIR` to train on from those weights (the optimizer \
+         state does not cross: training continues with a fresh one)",
     ))
 }
 

@@ -113,6 +113,7 @@ impl RunDir {
         if let Some(config) = value.as_object_mut() {
             config.entry("world_size").or_insert(1.into());
             config.entry("data").or_insert(serde_json::Value::Null);
+            config.entry("init_from").or_insert(serde_json::Value::Null);
             config.entry("line_by_line").or_insert(false.into());
             config.entry("text_field").or_insert("text".into());
             config
@@ -230,7 +231,8 @@ impl ResumedRun {
         if !checkpoint::has_optimizer_state(&from) {
             return Err(TrainError::InvalidInput(format!(
                 "{} has no optimizer state (an imported run has none): predict, eval and \
-                 export-hf read it, but it cannot be resumed",
+                 export-hf read it, but it cannot be resumed; train from its Hugging Face \
+                 folder with `mlm-train train --init-from HF_DIR`",
                 from.display()
             )));
         }

@@ -8,7 +8,7 @@ use super::dir::write_imported;
 use super::trained::TrainedRun;
 use crate::config::TrainConfig;
 use crate::error::TrainError;
-use crate::model::hf::{CONFIG_FILE, load_hf, load_tokenizer, save_hf, save_tokenizer};
+use crate::model::hf::{Pretrained, save_hf, save_tokenizer};
 
 /// Exports the newest checkpoint of the run in `run_dir` as a Hugging Face folder `out`
 /// that `BertForMaskedLM.from_pretrained` and `AutoTokenizer.from_pretrained` load:
@@ -36,40 +36,30 @@ pub fn export_run(run_dir: &Path, out: &Path, device: &Device) -> Result<(), Tra
 }
 
 /// Imports the Hugging Face `BertForMaskedLM` folder `hf_dir` as a new run directory
-/// `run_dir` that `predict` and `eval` read: `config.json` (a [`TrainConfig`] with the
-/// model's sizes, `corpus` for `eval`'s held-out split), `tokenizer.json`, and the
-/// checkpoint `checkpoints/step-00000000/` (model and state; no optimizer state, so it
-/// cannot be resumed). Returns the run's configuration.
+/// `run_dir` that `predict`, `eval` and `export-hf` read: `config.json` (a [`TrainConfig`]
+/// with the model's sizes, `corpus` for `eval`'s held-out split), `tokenizer.json`, and the
+/// checkpoint `checkpoints/step-00000000/` (model and state; no optimizer state). Training
+/// from the same folder is `train --init-from`, which reads it through the same
+/// [`Pretrained`]. Returns the run's configuration.
 ///
 /// # Errors
-/// Those of [`load_hf`] and [`load_tokenizer`]; [`TrainError::HfConfig`] if the tokenizer's
-/// vocabulary is not the model's; [`TrainError::Config`] if `run_dir` already holds a run.
-/// Nothing is written unless everything was read and checked.
+/// Those of [`Pretrained::read`] and [`Pretrained::load_model`]; [`TrainError::Config`] if
+/// `run_dir` already holds a run. Nothing is written unless everything was read and checked.
 pub fn import_run(
     hf_dir: &Path,
     run_dir: &Path,
     corpus: &Path,
     device: &Device,
 ) -> Result<TrainConfig, TrainError> {
-    let (model_config, model) = load_hf(hf_dir, device)?;
-    let tokenizer = load_tokenizer(hf_dir)?;
-    if tokenizer.vocab_size() != model_config.vocab_size {
-        return Err(TrainError::HfConfig {
-            path: hf_dir.join(CONFIG_FILE),
-            reason: format!(
-                "vocab_size = {}, but the tokenizer has {} tokens",
-                model_config.vocab_size,
-                tokenizer.vocab_size()
-            ),
-        });
-    }
+    let pretrained = Pretrained::read(hf_dir)?;
+    let model = pretrained.load_model(device)?;
     // An absolute corpus path when it exists, so that `eval` works from any directory.
     let corpus = std::fs::canonicalize(corpus).unwrap_or_else(|_| corpus.to_path_buf());
     let mut config = TrainConfig::new(corpus)
-        .with_vocab_size(model_config.vocab_size)
-        .with_model(model_config);
+        .with_vocab_size(pretrained.config.vocab_size)
+        .with_model(pretrained.config.clone());
     config.max_seq_len = config.max_seq_len.min(config.model.max_position_embeddings);
     config.validate()?;
-    write_imported(run_dir, &config, &tokenizer, &model)?;
+    write_imported(run_dir, &config, &pretrained.tokenizer, &model)?;
     Ok(config)
 }

@@ -17,6 +17,8 @@ use crate::data::{self, BatchSchedule, WordPieceTokenizer};
 use crate::error::{ConfigError, TrainError};
 use crate::eval::EvalMetrics;
 use crate::files::{io, write_json};
+use crate::model::BertForMaskedLm;
+use crate::model::hf::Pretrained;
 use crate::run::dir::{NewRun, ResumedRun, RunDir};
 use crate::run::report::{MetricsLog, MetricsRow, Summary, plot_loss_curve};
 
@@ -63,6 +65,15 @@ pub fn train_with(
     config.validate()?;
     check_fits(&config)?;
     check_group(&config, group)?;
+    // Read and checked whole before anything is written.
+    let weights = match &config.init_from {
+        Some(dir) => {
+            let model = pretrained_weights(&config, dir, device)?;
+            config.init_from = Some(std::fs::canonicalize(dir).map_err(io(dir))?);
+            Weights::Pretrained(model)
+        }
+        None => Weights::Seeded,
+    };
     // Absolute paths, so the run resumes and evaluates from any directory; a run from a
     // data folder reads no corpus.
     match &config.data {
@@ -76,30 +87,68 @@ pub fn train_with(
         }
     }
     if !writes_run(group) {
-        return start(
-            &mut config,
-            &RunDir(run_dir.to_path_buf()),
-            false,
-            device,
-            backend,
-            group,
-        );
+        let dir = RunDir(run_dir.to_path_buf());
+        return start(&mut config, &dir, false, weights, device, backend, group);
     }
     let run = NewRun::create(run_dir)?;
-    let result = start(&mut config, &run.dir, true, device, backend, group);
+    let result = start(&mut config, &run.dir, true, weights, device, backend, group);
     if result.is_err() {
         run.abandon();
     }
     result
 }
 
+/// The weights of `config.init_from`'s checkpoint `dir`, once its architecture and tokenizer
+/// are checked to be the run's; `init_from` is made absolute, so the run resumes from any
+/// directory.
+///
+/// # Errors
+/// Those of [`Pretrained::read`] and [`Pretrained::load_model`]; [`TrainError::HfConfig`]
+/// for a run whose model or tokenizer is not the checkpoint's.
+fn pretrained_weights(
+    config: &TrainConfig,
+    dir: &Path,
+    device: &Device,
+) -> Result<BertForMaskedLm, TrainError> {
+    let pretrained = Pretrained::read(dir)?;
+    pretrained.check_architecture(&config.model)?;
+    let tokenizer = config
+        .tokenizer
+        .as_deref()
+        .map(WordPieceTokenizer::from_file);
+    let same = match tokenizer.transpose()? {
+        Some(tokenizer) => tokenizer.vocab()? == pretrained.tokenizer.vocab()?,
+        None => false,
+    };
+    if !same {
+        return Err(TrainError::HfConfig {
+            path: pretrained.tokenizer_file,
+            reason: "is not the run's tokenizer: with init_from, the run takes the \
+                     checkpoint's (TrainConfig::continue_from)"
+                .into(),
+        });
+    }
+    pretrained.load_model(device)
+}
+
+/// Where a run's first weights come from.
+enum Weights {
+    /// [`BertConfig::init_seeded`](crate::model::BertConfig::init_seeded) from the run's seed.
+    Seeded,
+    /// A pretrained checkpoint's ([`TrainConfig::init_from`]), with fresh optimizer state.
+    Pretrained(BertForMaskedLm),
+    /// The run's own checkpoint folder, optimizer state and step included (a resume).
+    Checkpoint(PathBuf),
+}
+
 /// Opens (the writer: prepares) the run's data, then writes the tokenizer and `config.json`
 /// of a new run in the locked `dir` (if this process, `writes`, writes the run), then
-/// trains.
+/// trains from `weights`.
 fn start(
     config: &mut TrainConfig,
     dir: &RunDir,
     writes: bool,
+    weights: Weights,
     device: &Device,
     backend: &str,
     group: Option<&ProcessGroup>,
@@ -125,7 +174,7 @@ fn start(
         config,
         writes.then_some(dir),
         &data,
-        None,
+        weights,
         device,
         backend,
         group,
@@ -182,7 +231,7 @@ pub fn resume_with(
         resumed.commit()?;
     }
     let dir = writer.then_some(&resumed.dir);
-    let from = Some(resumed.checkpoint.clone());
+    let from = Weights::Checkpoint(resumed.checkpoint.clone());
     run(&resumed.config, dir, &data, from, device, backend, group)
 }
 
@@ -274,14 +323,13 @@ fn check_same_vocab(
     })
 }
 
-/// Trains from `resume_from` (or from scratch) to `config.max_steps` or to the end of the
-/// time budget, or until a stop request, then writes the plot and the summary (where `dir`
-/// is given: the writer).
+/// Trains from `weights` to `config.max_steps` or to the end of the time budget, or until a
+/// stop request, then writes the plot and the summary (where `dir` is given: the writer).
 fn run(
     config: &TrainConfig,
     dir: Option<&RunDir>,
     data: &data::DataFolder,
-    resume_from: Option<PathBuf>,
+    weights: Weights,
     device: &Device,
     backend: &str,
     group: Option<&ProcessGroup>,
@@ -289,10 +337,13 @@ fn run(
     let tokenizer = &data.tokenizer;
     // Validation reads the same first held-out sequences every time.
     let held_out = data.held_out.first(config.max_eval_sequences);
-    let mut trainer = Trainer::new(config, tokenizer, device)?;
-    if let Some(from) = &resume_from {
-        trainer = trainer.load_checkpoint(from)?;
-    }
+    let mut trainer = match weights {
+        Weights::Seeded => Trainer::new(config, tokenizer, device)?,
+        Weights::Pretrained(model) => Trainer::from_model(config, model, tokenizer, device)?,
+        Weights::Checkpoint(from) => {
+            Trainer::new(config, tokenizer, device)?.load_checkpoint(&from)?
+        }
+    };
     let done = trainer.state().step;
     if let Some(group) = group {
         let facts = start_facts(config, tokenizer, data.train.len(), done)?;
@@ -396,6 +447,9 @@ impl Session<'_> {
                 exit_status: signal.exit_status(),
             });
         }
+        if first == 1 && self.config.init_from.is_some() {
+            self.validate_start()?;
+        }
         let mut final_eval = None;
         for step in first..=last_step(self.config) {
             let batches = self.schedule.step(step);
@@ -451,6 +505,25 @@ impl Session<'_> {
         self.progress
             .println(&validation_line(out.step, &eval, self.baseline.0));
         Ok(eval)
+    }
+
+    /// Validates a pretrained checkpoint's weights before the first step: where continued
+    /// pretraining starts from, logged as step 0.
+    fn validate_start(&mut self) -> Result<(), TrainError> {
+        let eval = self.trainer.validate(self.held_out, self.tokenizer)?;
+        self.log(MetricsRow {
+            step: 0,
+            split: "valid".into(),
+            loss: eval.loss,
+            accuracy: eval.accuracy,
+            perplexity: eval.perplexity(),
+            learning_rate: 0.0,
+            tokens_per_second: 0.0,
+            elapsed_seconds: 0.0,
+        })?;
+        self.progress
+            .println(&validation_line(0, &eval, self.baseline.0));
+        Ok(())
     }
 
     /// Reads the training metrics of the steps since the last read ([`Trainer::take_metrics`]),

@@ -132,12 +132,29 @@ impl Trainer {
         tokenizer: &WordPieceTokenizer,
         device: &Device,
     ) -> Result<Self, TrainError> {
+        let model = config.model.init_seeded(config.seed, device);
+        Self::from_model(config, model, tokenizer, device)
+    }
+
+    /// [`new`](Self::new) from the weights of `model` (of `config.model`'s sizes, on
+    /// `device`), e.g. a pretrained checkpoint's ([`Pretrained::load_model`]): fresh optimizer
+    /// state, step 0.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    ///
+    /// [`Pretrained::load_model`]: crate::model::hf::Pretrained::load_model
+    pub fn from_model(
+        config: &TrainConfig,
+        model: BertForMaskedLm,
+        tokenizer: &WordPieceTokenizer,
+        device: &Device,
+    ) -> Result<Self, TrainError> {
         let state = RunState {
             step: 0,
             elapsed_seconds: 0.0,
             tokens_seen: 0,
         };
-        let model = config.model.init_seeded(config.seed, device);
         Ok(Self {
             optimizer: adamw(&model, config.weight_decay, config.weight_decay_on),
             model,
@@ -203,12 +220,42 @@ impl Trainer {
         &mut self,
         micro_batches: Vec<(u64, Vec<&[u32]>)>,
     ) -> Result<StepOutput, TrainError> {
+        let (shards, n_masked, n_tokens) = self.my_shards(micro_batches)?;
+        self.step_shards(shards, n_masked, n_tokens)
+    }
+
+    /// One optimizer step of a single process on batches masked by the caller: each of
+    /// `shards` (corrupted ids, labels at the masked positions) runs as one shard, and the
+    /// loss is the mean over all their masked positions. What [`step`](Self::step) does after
+    /// its masker; for tests against another implementation's steps on the same batches.
+    ///
+    /// # Errors
+    /// [`TrainError::InvalidInput`] for a trainer of several ranks (the mean needs every
+    /// rank's count); loss errors.
+    pub fn step_masked(&mut self, shards: Vec<MaskedBatch>) -> Result<StepOutput, TrainError> {
+        if self.sync.is_some() {
+            return Err(TrainError::InvalidInput(
+                "step_masked runs in a single process; ranks step through `step`".into(),
+            ));
+        }
+        let n_masked = shards.iter().map(|s| s.masked_positions.len()).sum();
+        let n_tokens = shards.iter().flat_map(|s| &s.input_ids).map(Vec::len).sum();
+        self.step_shards(shards, n_masked, n_tokens)
+    }
+
+    /// The optimizer step on this rank's `shards`, of `n_masked` masked positions and
+    /// `n_tokens` tokens over every rank.
+    fn step_shards(
+        &mut self,
+        shards: Vec<MaskedBatch>,
+        n_masked: usize,
+        n_tokens: usize,
+    ) -> Result<StepOutput, TrainError> {
         let step = self.state.step + 1;
         // Dropout draws from the backend's generator: seed it per step, so that a resumed run
         // replays the same dropout masks as an uninterrupted one.
         self.device
             .seed(derive_seed(self.config.seed, Stream::Dropout, step as u64));
-        let (shards, n_masked, n_tokens) = self.my_shards(micro_batches)?;
         let sums = self.local_sums(shards, n_masked)?;
         let StepSums {
             mut grads,

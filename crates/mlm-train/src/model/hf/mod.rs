@@ -16,10 +16,12 @@
 
 pub mod config;
 pub mod names;
+pub mod pretrained;
 pub mod safetensors;
 pub mod tokenizer;
 
 pub use config::{CONFIG_FILE, HfBertConfig};
 pub use names::{HfName, names};
+pub use pretrained::Pretrained;
 pub use safetensors::{WEIGHTS_FILE, load_hf, save_hf};
-pub use tokenizer::{load_tokenizer, save_tokenizer};
+pub use tokenizer::{save_tokenizer, tokenizer_file};

@@ -1,6 +1,6 @@
 //! The tokenizer files of a Hugging Face folder.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
@@ -35,11 +35,11 @@ pub fn save_tokenizer(
     write_json(&dir.join("tokenizer_config.json"), &specials)
 }
 
-/// The tokenizer of a Hugging Face folder: its `tokenizer.json`, else its `vocab.txt`.
+/// The tokenizer file of a Hugging Face folder: its `tokenizer.json`, else its `vocab.txt`.
 ///
 /// # Errors
-/// [`TrainError::Tokenizer`] if the folder has neither, or the file cannot be used.
-pub fn load_tokenizer(dir: &Path) -> Result<WordPieceTokenizer, TrainError> {
+/// [`TrainError::Tokenizer`] if the folder has neither.
+pub fn tokenizer_file(dir: &Path) -> Result<PathBuf, TrainError> {
     ["tokenizer.json", "vocab.txt"]
         .iter()
         .map(|name| dir.join(name))
@@ -48,5 +48,4 @@ pub fn load_tokenizer(dir: &Path) -> Result<WordPieceTokenizer, TrainError> {
             path: dir.to_path_buf(),
             reason: "holds neither tokenizer.json nor vocab.txt; a run needs its tokenizer".into(),
         })
-        .and_then(|path| WordPieceTokenizer::from_file(&path))
 }

@@ -1,0 +1,110 @@
+//! A Hugging Face `BertForMaskedLM` folder to start from (`train --init-from`, `import-hf`):
+//! its configuration, tokenizer and weights, each checked against the others before a run
+//! is written.
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::Device;
+
+use super::config::{CONFIG_FILE, HfBertConfig};
+use super::safetensors::load_hf;
+use super::tokenizer::tokenizer_file;
+use crate::data::WordPieceTokenizer;
+use crate::error::TrainError;
+use crate::files::read_json;
+use crate::model::{BertConfig, BertForMaskedLm};
+
+/// A pretrained checkpoint folder whose `config.json` and tokenizer agree: continued
+/// pretraining (Gururangan et al. 2020, "Don't Stop Pretraining", §3) starts from it, as
+/// `run_mlm.py --model_name_or_path` does.
+#[derive(Clone)]
+pub struct Pretrained {
+    /// The folder.
+    pub dir: PathBuf,
+    /// Its model, as our configuration.
+    pub config: BertConfig,
+    /// Its tokenizer file: `tokenizer.json`, else `vocab.txt`.
+    pub tokenizer_file: PathBuf,
+    /// That tokenizer.
+    pub tokenizer: WordPieceTokenizer,
+}
+
+impl Pretrained {
+    /// Reads and checks `dir`'s `config.json` and tokenizer (not yet the weights:
+    /// [`load_model`](Self::load_model)).
+    ///
+    /// # Errors
+    /// [`TrainError::HfConfig`] for a folder with no `config.json`, an unsupported
+    /// architecture ([`HfBertConfig::to_bert`]), or a tokenizer whose vocabulary size is not
+    /// the embedding's rows; [`TrainError::Tokenizer`] for a missing tokenizer, one that is
+    /// not WordPiece, or one without BERT's special tokens (`[MASK]` among them).
+    pub fn read(dir: &Path) -> Result<Self, TrainError> {
+        let path = dir.join(CONFIG_FILE);
+        if !path.is_file() {
+            return Err(TrainError::HfConfig {
+                path,
+                reason: "no such file: not a Hugging Face model folder".into(),
+            });
+        }
+        let config = read_json::<HfBertConfig>(&path)?.to_bert(&path)?;
+        let tokenizer_file = tokenizer_file(dir)?;
+        let tokenizer = WordPieceTokenizer::from_file(&tokenizer_file)?;
+        if tokenizer.vocab_size() != config.vocab_size {
+            return Err(TrainError::HfConfig {
+                path,
+                reason: format!(
+                    "vocab_size = {} embedding rows, but the tokenizer {} has {} tokens",
+                    config.vocab_size,
+                    tokenizer_file.display(),
+                    tokenizer.vocab_size()
+                ),
+            });
+        }
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            config,
+            tokenizer_file,
+            tokenizer,
+        })
+    }
+
+    /// The weights of `model.safetensors`, every tensor checked before the model is built.
+    ///
+    /// # Errors
+    /// Those of [`load_hf`]; [`TrainError::HfConfig`] if `config.json` changed since
+    /// [`read`](Self::read).
+    pub fn load_model(&self, device: &Device) -> Result<BertForMaskedLm, TrainError> {
+        let (config, model) = load_hf(&self.dir, device)?;
+        if config != self.config {
+            return Err(TrainError::HfConfig {
+                path: self.dir.join(CONFIG_FILE),
+                reason: "changed while it was read".into(),
+            });
+        }
+        Ok(model)
+    }
+
+    /// Checks that `model` (a run's configuration) is this checkpoint's architecture, its
+    /// dropout aside (a run may set its own).
+    ///
+    /// # Errors
+    /// [`TrainError::HfConfig`] naming both configurations' differing sizes.
+    pub fn check_architecture(&self, model: &BertConfig) -> Result<(), TrainError> {
+        let theirs = BertConfig {
+            hidden_dropout_prob: model.hidden_dropout_prob,
+            attention_probs_dropout_prob: model.attention_probs_dropout_prob,
+            ..self.config.clone()
+        };
+        if *model == theirs {
+            return Ok(());
+        }
+        Err(TrainError::HfConfig {
+            path: self.dir.join(CONFIG_FILE),
+            reason: format!(
+                "the run's model is not this checkpoint's (run: {model:?}; checkpoint: \
+                 {theirs:?}): with init_from, take the model from the checkpoint \
+                 (TrainConfig::continue_from)"
+            ),
+        })
+    }
+}

@@ -1,0 +1,453 @@
+//! Continued pretraining, step-exact to transformers: `tests/fixtures/continued/bert/` is a
+//! tiny `BertForMaskedLM` that `make_reference.py` trained three AdamW steps in PyTorch on
+//! fixed masked batches (`reference.json`). Loaded through `train --init-from`'s code path
+//! ([`Pretrained`], [`TrainConfig::continue_from`], [`Trainer::from_model`]), our trainer takes
+//! the same steps: the same losses, gradient norms and learning rates, the same gradients at
+//! step 1 and the same weights after steps 1 and 3.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use burn::module::{Module, ModuleMapper, Param};
+use burn::optim::GradientsParams;
+use burn::tensor::Tensor;
+use common::flex_device;
+use mlm_core::{IGNORE_INDEX, MaskedBatch, MaskedCrossEntropy};
+use mlm_train::data::to_device;
+use mlm_train::model::hf::{Pretrained, save_hf};
+use mlm_train::train::step::forward_loss;
+use mlm_train::{BertForMaskedLm, TrainConfig, Trainer};
+use safetensors::tensor::TensorView;
+use safetensors::{Dtype, SafeTensors};
+use serde_json::Value;
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/continued")
+}
+
+fn reference() -> Value {
+    let text = std::fs::read_to_string(fixture().join("reference.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Step `step`'s batch (`reference.json`'s unpadded rows) as the masker would give it.
+fn batch(reference: &Value, step: usize, rows: std::ops::Range<usize>) -> MaskedBatch {
+    let field = |name: &str| -> Vec<Vec<i64>> {
+        reference["steps"][step][name].as_array().unwrap()[rows.clone()]
+            .iter()
+            .map(|row| {
+                row.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_i64().unwrap())
+                    .collect()
+            })
+            .collect()
+    };
+    let (input_ids, labels) = (field("input_ids"), field("labels"));
+    let mut masked_positions = Vec::new();
+    for (s, row) in labels.iter().enumerate() {
+        masked_positions.extend(
+            (0..row.len())
+                .filter(|&p| row[p] != IGNORE_INDEX)
+                .map(|p| (s, p)),
+        );
+    }
+    MaskedBatch {
+        input_ids: input_ids
+            .iter()
+            .map(|row| row.iter().map(|&id| id as u32).collect())
+            .collect(),
+        labels,
+        spans: masked_positions
+            .iter()
+            .map(|&(s, p)| (s, p..p + 1))
+            .collect(),
+        masked_positions,
+    }
+}
+
+/// `model`'s parameters by Hugging Face key in PyTorch layout, through `export-hf`'s writer.
+fn by_hf_key(model: &BertForMaskedLm, pretrained: &Pretrained) -> HashMap<String, Vec<f32>> {
+    let dir = tempfile::tempdir().unwrap();
+    save_hf(model, &pretrained.config, 0, dir.path()).unwrap();
+    let bytes = std::fs::read(dir.path().join("model.safetensors")).unwrap();
+    let file = SafeTensors::deserialize(&bytes).unwrap();
+    file.tensors()
+        .into_iter()
+        .map(|(key, view)| {
+            let values = view
+                .data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                .collect();
+            (key, values)
+        })
+        .collect()
+}
+
+/// Every tensor of ours within `1e-4` of the largest entry of `expected`'s (by key).
+fn assert_close(ours: &HashMap<String, Vec<f32>>, expected: &Value, what: &str) {
+    let expected = expected.as_object().unwrap();
+    assert_eq!(expected.len(), ours.len(), "{what}: the parameters");
+    for (key, values) in expected {
+        let theirs: Vec<f64> = values
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        let ours = &ours[key];
+        assert_eq!(ours.len(), theirs.len(), "{what} {key}");
+        let scale = theirs.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        let diff = ours
+            .iter()
+            .zip(&theirs)
+            .fold(0.0f64, |m, (a, b)| m.max((f64::from(*a) - b).abs()));
+        // The attention key's bias gets a gradient of 0 in exact arithmetic (softmax ignores
+        // a constant added to a query's scores), so both sides hold rounding noise of ~1e-9.
+        assert!(
+            diff <= 1e-4 * scale + 1e-8,
+            "{what} {key}: max |diff| {diff:e} against largest entry {scale:e}"
+        );
+    }
+}
+
+/// The model whose parameters are `grads` (zeros where a parameter got none).
+fn gradients_as_model(model: &BertForMaskedLm, grads: GradientsParams) -> BertForMaskedLm {
+    struct Grads(GradientsParams);
+    impl ModuleMapper for Grads {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            let grad = self.0.remove::<D>(param.id);
+            param.map(|value| grad.unwrap_or_else(|| value.zeros_like()))
+        }
+    }
+    model.clone().map(&mut Grads(grads))
+}
+
+#[test]
+fn three_steps_from_a_hugging_face_checkpoint_match_pytorch() {
+    let (reference, device) = (reference(), flex_device());
+    let pretrained = Pretrained::read(&fixture().join("bert")).unwrap();
+    let mut config = TrainConfig::new(PathBuf::new())
+        .with_learning_rate(5e-3)
+        .with_warmup_steps(2)
+        .with_max_steps(4)
+        .with_weight_decay(0.1)
+        .with_max_grad_norm(1.0)
+        .with_parallel_shards(2);
+    config.max_seq_len = 12;
+    config.continue_from(&pretrained).unwrap();
+    let model = pretrained.load_model(&device).unwrap();
+
+    // Step 1's gradient of the mean loss, every parameter.
+    let whole = batch(&reference, 0, 0..4);
+    let n_masked = whole.masked_positions.len() as f64;
+    let on_device = to_device(&whole, 0, pretrained.config.vocab_size, &device).unwrap();
+    let out = forward_loss(&model, on_device, &MaskedCrossEntropy::default()).unwrap();
+    let grads = GradientsParams::from_grads((out.loss_sum / n_masked).backward(), &model);
+    let grads = by_hf_key(&gradients_as_model(&model, grads), &pretrained);
+    assert_close(&grads, &reference["gradients_step_1"], "gradient at step 1");
+
+    // Three steps of the trainer, each batch in two shards on their own threads.
+    let mut trainer = Trainer::from_model(&config, model, &pretrained.tokenizer, &device).unwrap();
+    for step in 0..3 {
+        let shards = vec![batch(&reference, step, 0..2), batch(&reference, step, 2..4)];
+        let out = trainer.step_masked(shards).unwrap();
+        let expected = &reference["steps"][step];
+        let lr = expected["learning_rate"].as_f64().unwrap();
+        assert!(
+            (out.learning_rate - lr).abs() <= 1e-12,
+            "step {}: lr {}",
+            step + 1,
+            out.learning_rate
+        );
+        let metrics = trainer.take_metrics().unwrap();
+        for (what, ours) in [
+            ("loss", metrics[0].loss),
+            ("grad_norm", metrics[0].grad_norm),
+        ] {
+            let theirs = expected[what].as_f64().unwrap();
+            assert!(
+                (ours - theirs).abs() <= 1e-5 * theirs.abs(),
+                "step {}: {what} {ours} against PyTorch's {theirs}",
+                step + 1
+            );
+        }
+        if step == 0 || step == 2 {
+            let weights = by_hf_key(trainer.model(), &pretrained);
+            let key = format!("weights_step_{}", step + 1);
+            assert_close(&weights, &reference[&key], &key);
+        }
+    }
+}
+
+const BIN: &str = env!("CARGO_BIN_EXE_mlm-train");
+
+/// A corpus in the fixture's 45-token vocabulary: 120 documents of four sentences.
+fn corpus_in_vocabulary(dir: &Path) -> PathBuf {
+    let words: Vec<&str> = std::fs::read_to_string(fixture().join("bert/vocab.txt"))
+        .unwrap()
+        .lines()
+        .skip(5)
+        .filter(|w| !w.starts_with("##"))
+        .map(|w| Box::leak(w.to_string().into_boxed_str()) as &str)
+        .collect();
+    let corpus = dir.join("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    for d in 0..120 {
+        let sentence = |s: usize| {
+            let n = 5 + (d + s) % 4;
+            let picked: Vec<&str> = (0..n)
+                .map(|j| words[(d * 7 + s * 11 + j * 3) % words.len()])
+                .collect();
+            format!("{}.", picked.join(" "))
+        };
+        let text: Vec<String> = (0..4).map(sentence).collect();
+        std::fs::write(corpus.join(format!("doc-{d:03}.txt")), text.join(" ")).unwrap();
+    }
+    corpus
+}
+
+/// `mlm-train train --init-from HF --corpus CORPUS --run RUN` with a 4-step schedule on
+/// sequences of 16 tokens, then `extra`.
+fn train_from(hf: &Path, corpus: &Path, run: &Path, extra: &[&str]) -> std::process::Output {
+    std::process::Command::new(BIN)
+        .args(["train", "--init-from"])
+        .arg(hf)
+        .arg("--corpus")
+        .arg(corpus)
+        .arg("--run")
+        .arg(run)
+        .args([
+            "--max-steps",
+            "4",
+            "--warmup-steps",
+            "1",
+            "--batch-size",
+            "8",
+        ])
+        .args(["--eval-every", "2", "--checkpoint-every", "2"])
+        .args(match extra.contains(&"--max-seq-len") {
+            true => extra.to_vec(),
+            false => [&["--max-seq-len", "16"], extra].concat(),
+        })
+        .output()
+        .unwrap()
+}
+
+fn succeeded(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn train_init_from_continues_a_checkpoint_that_resumes_and_exports_to_its_family() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (corpus, run) = (corpus_in_vocabulary(tmp.path()), tmp.path().join("run"));
+    succeeded(&train_from(&fixture().join("bert"), &corpus, &run, &[]));
+
+    let config: TrainConfig = mlm_train::RunDir(run.clone()).load_config().unwrap();
+    let pretrained = Pretrained::read(&fixture().join("bert")).unwrap();
+    assert_eq!(
+        config.model, pretrained.config,
+        "the checkpoint's model, 24 positions kept"
+    );
+    assert_eq!(
+        config.init_from,
+        Some(std::fs::canonicalize(fixture().join("bert")).unwrap())
+    );
+    let metrics = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
+    assert!(
+        metrics.lines().nth(1).unwrap().starts_with("0,valid,"),
+        "{metrics}"
+    );
+
+    // A resume continues the optimizer state it saved; the export is the same family.
+    let resumed = std::process::Command::new(BIN)
+        .args(["train", "--resume"])
+        .arg(&run)
+        .args(["--max-steps", "6"])
+        .output()
+        .unwrap();
+    succeeded(&resumed);
+    let hf = tmp.path().join("hf");
+    let export = std::process::Command::new(BIN)
+        .args(["export-hf", "--run"])
+        .arg(&run)
+        .arg(&hf)
+        .output()
+        .unwrap();
+    succeeded(&export);
+    let exported = Pretrained::read(&hf).unwrap();
+    assert_eq!(exported.config, pretrained.config);
+    assert_eq!(
+        exported.tokenizer.vocab().unwrap(),
+        pretrained.tokenizer.vocab().unwrap()
+    );
+    let device = flex_device();
+    let (before, after) = (
+        by_hf_key(&pretrained.load_model(&device).unwrap(), &pretrained),
+        by_hf_key(&exported.load_model(&device).unwrap(), &pretrained),
+    );
+    assert_eq!(before.len(), after.len());
+    assert!(
+        before.iter().all(|(key, values)| after[key] != *values),
+        "every tensor trained"
+    );
+}
+
+/// A copy of the fixture checkpoint in `dir`, changed by `change`.
+fn broken(dir: &Path, change: impl FnOnce(&Path)) -> PathBuf {
+    let hf = dir.join("broken");
+    std::fs::create_dir_all(&hf).unwrap();
+    for entry in std::fs::read_dir(fixture().join("bert")).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, hf.join(path.file_name().unwrap())).unwrap();
+    }
+    change(&hf);
+    hf
+}
+
+/// `config.json` with `field` set to `value`.
+fn set_config(hf: &Path, field: &str, value: Value) {
+    let path = hf.join("config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    config[field] = value;
+    std::fs::write(&path, config.to_string()).unwrap();
+}
+
+/// `vocab.txt` with its lines changed by `change`.
+fn edit_vocab(hf: &Path, change: impl FnOnce(&mut Vec<String>)) {
+    let path = hf.join("vocab.txt");
+    let mut lines: Vec<String> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    change(&mut lines);
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+}
+
+/// `model.safetensors` with the tensor `key` dropped, or stored as F16 with `as_f16`.
+fn edit_weights(hf: &Path, key: &str, as_f16: bool) {
+    let path = hf.join("model.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let file = SafeTensors::deserialize(&bytes).unwrap();
+    let shape = file.tensor(key).unwrap().shape().to_vec();
+    let f16_bytes = vec![0u8; 2 * shape.iter().product::<usize>()];
+    let mut tensors = Vec::new();
+    for (name, view) in file.tensors() {
+        if name != key {
+            tensors.push((name, view));
+        } else if as_f16 {
+            let f16 = TensorView::new(Dtype::F16, shape.clone(), &f16_bytes).unwrap();
+            tensors.push((name, f16));
+        }
+    }
+    std::fs::write(&path, safetensors::serialize(tensors, None).unwrap()).unwrap();
+}
+
+#[test]
+fn a_checkpoint_that_does_not_fit_is_refused_in_one_line_before_anything_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = corpus_in_vocabulary(tmp.path());
+    let bpe = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],
+        "normalizer":null,"pre_tokenizer":null,"post_processor":null,"decoder":null,
+        "model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,
+        "end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,"ignore_merges":false,
+        "vocab":{"a":0},"merges":[]}}"#;
+    type Change = Box<dyn FnOnce(&Path)>;
+    let cases: Vec<(&str, Change, &[&str], Vec<&str>)> = vec![
+        (
+            "no config.json",
+            Box::new(|hf| std::fs::remove_file(hf.join("config.json")).unwrap()),
+            &[],
+            vec!["config.json", "not a Hugging Face model folder"],
+        ),
+        (
+            "RoBERTa",
+            Box::new(|hf| set_config(hf, "model_type", "roberta".into())),
+            &[],
+            vec!["model_type", "roberta"],
+        ),
+        (
+            "ReLU",
+            Box::new(|hf| set_config(hf, "hidden_act", "relu".into())),
+            &[],
+            vec!["hidden_act", "relu"],
+        ),
+        (
+            "a smaller vocabulary",
+            Box::new(|hf| {
+                edit_vocab(hf, |v| {
+                    v.pop();
+                })
+            }),
+            &[],
+            vec!["45", "44"],
+        ),
+        (
+            "no mask token",
+            Box::new(|hf| edit_vocab(hf, |v| v[4] = "[MASKED]".into())),
+            &[],
+            vec!["[MASK]"],
+        ),
+        (
+            "a BPE tokenizer.json",
+            Box::new(move |hf| std::fs::write(hf.join("tokenizer.json"), bpe).unwrap()),
+            &[],
+            vec!["BPE", "WordPiece"],
+        ),
+        (
+            "a missing tensor",
+            Box::new(|hf| edit_weights(hf, "cls.predictions.bias", false)),
+            &[],
+            vec!["cls.predictions.bias", "missing"],
+        ),
+        (
+            "an F16 tensor",
+            Box::new(|hf| edit_weights(hf, "bert.embeddings.LayerNorm.bias", true)),
+            &[],
+            vec!["bert.embeddings.LayerNorm.bias", "F16"],
+        ),
+        (
+            "max_seq_len above the positions",
+            Box::new(|_| {}),
+            &["--max-seq-len", "30"],
+            vec!["max_seq_len", "30", "24"],
+        ),
+        (
+            "--vocab-size beside it",
+            Box::new(|_| {}),
+            &["--vocab-size", "100"],
+            vec!["--init-from", "--vocab-size"],
+        ),
+        (
+            "--hidden-size beside it",
+            Box::new(|_| {}),
+            &["--hidden-size", "64"],
+            vec!["--init-from", "--hidden-size"],
+        ),
+    ];
+    for (what, change, flags, expected) in cases {
+        let case = tempfile::tempdir_in(tmp.path()).unwrap();
+        let hf = broken(case.path(), change);
+        let run = case.path().join("run");
+        let out = train_from(&hf, &corpus, &run, flags);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let first = stderr.lines().next().unwrap_or_default();
+        assert!(!out.status.success(), "{what}: accepted");
+        assert!(
+            expected.iter().all(|e| first.contains(e)),
+            "{what}: {stderr}"
+        );
+        assert!(first.starts_with("error"), "{what}: {stderr}");
+        assert!(!run.exists(), "{what}: left {}", run.display());
+    }
+}
