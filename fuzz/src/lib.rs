@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use mlm_core::{IGNORE_INDEX, MaskedCrossEntropyConfig, MaskingConfig, MlmError};
 use mlm_train::TrainError;
-use mlm_train::data::{Document, WordPieceTokenizer, clean, pack, read_corpus};
+use mlm_train::data::{Document, SubwordTokenizer, clean, pack, read_corpus};
 
 
 /// Reads bytes front to back; past the end every read is 0.
@@ -226,13 +226,13 @@ pub fn loss(data: &[u8]) {
 }
 
 /// A WordPiece tokenizer trained once on the test corpus.
-fn tokenizer() -> &'static WordPieceTokenizer {
-    static TOKENIZER: OnceLock<WordPieceTokenizer> = OnceLock::new();
+fn tokenizer() -> &'static SubwordTokenizer {
+    static TOKENIZER: OnceLock<SubwordTokenizer> = OnceLock::new();
     TOKENIZER.get_or_init(|| {
         let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../crates/mlm-train/tests/fixtures/corpus");
         let documents = read_corpus(&corpus).unwrap();
-        WordPieceTokenizer::train(
+        SubwordTokenizer::train(
             documents
                 .iter()
                 .flat_map(|d| d.sentences.iter().map(String::as_str)),

@@ -439,20 +439,28 @@ impl Masker {
     ///
     /// # Errors
     /// [`MlmError::ShapeMismatch`] if `tokens` does not have `vocab_size` entries.
-    pub fn with_wordpiece_vocab<S: AsRef<str>>(mut self, tokens: &[S]) -> Result<Self, MlmError> {
-        if tokens.len() != self.config.vocab_size {
+    pub fn with_wordpiece_vocab<S: AsRef<str>>(self, tokens: &[S]) -> Result<Self, MlmError> {
+        let is_continuation = tokens.iter().map(|t| t.as_ref().starts_with("##"));
+        self.with_word_continuations(is_continuation.collect())
+    }
+
+    /// Registers, for every id, whether its token goes on with the word of the token before
+    /// it, for any subword vocabulary: WordPiece's `##` pieces
+    /// ([`with_wordpiece_vocab`](Self::with_wordpiece_vocab)), or a byte-level BPE's tokens
+    /// that do not start with `Ġ` (RoBERTa's encoded space; Hugging Face's collator only masks
+    /// whole words for WordPiece).
+    ///
+    /// # Errors
+    /// [`MlmError::ShapeMismatch`] if `is_continuation` does not have `vocab_size` entries.
+    pub fn with_word_continuations(mut self, is_continuation: Vec<bool>) -> Result<Self, MlmError> {
+        if is_continuation.len() != self.config.vocab_size {
             return Err(MlmError::ShapeMismatch {
-                what: "WordPiece vocabulary",
+                what: "subword vocabulary",
                 expected: format!("[vocab_size = {}] tokens", self.config.vocab_size),
-                actual: vec![tokens.len()],
+                actual: vec![is_continuation.len()],
             });
         }
-        self.is_continuation = Some(
-            tokens
-                .iter()
-                .map(|token| token.as_ref().starts_with("##"))
-                .collect(),
-        );
+        self.is_continuation = Some(is_continuation);
         Ok(self)
     }
 

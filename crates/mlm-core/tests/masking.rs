@@ -165,11 +165,23 @@ fn whole_words_are_selected_together_or_not_at_all() {
             }
         })
         .collect();
-    let mut masker = config()
+    let wordpiece = config()
         .with_whole_word_mask(true)
         .init()
         .unwrap()
         .with_wordpiece_vocab(&tokens)
+        .unwrap();
+    // The same words in byte-level BPE: a word starts with `Ġ`, its other pieces do not.
+    let byte_level: Vec<bool> = tokens
+        .iter()
+        .map(|t| t.strip_prefix("##").map_or(format!("Ġ{t}"), String::from))
+        .map(|t| !t.starts_with('Ġ'))
+        .collect();
+    let bpe = config()
+        .with_whole_word_mask(true)
+        .init()
+        .unwrap()
+        .with_word_continuations(byte_level)
         .unwrap();
     // Words of 1–3 pieces: [w][w ##][w ## ##] repeated.
     let words: Vec<Vec<u32>> = (0..40)
@@ -189,9 +201,11 @@ fn whole_words_are_selected_together_or_not_at_all() {
     word_of.push(None);
     let input = vec![ids; 200];
     let word_ids = vec![word_of.clone(); 200];
+    let (mut wordpiece, mut bpe) = (wordpiece, bpe);
     for batch in [
-        masker.mask(&input).unwrap(),
-        masker.mask_with_word_ids(&input, &word_ids).unwrap(),
+        wordpiece.mask(&input).unwrap(),
+        wordpiece.mask_with_word_ids(&input, &word_ids).unwrap(),
+        bpe.mask(&input).unwrap(),
     ] {
         assert_consistent(&input, &batch);
         assert!(!batch.masked_positions.is_empty());

@@ -7,7 +7,7 @@ use burn::config::Config;
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
-use crate::data::{self, Manifest, Masking, PrepareOptions, WordPieceTokenizer};
+use crate::data::{self, Manifest, Masking, PrepareOptions, SubwordTokenizer};
 use crate::error::{ConfigError, TrainError};
 use crate::files::read_json;
 use crate::model::BertConfig;
@@ -168,7 +168,7 @@ impl TrainConfig {
     /// trainer, the CLI, the examples and library users all get the same model from the
     /// same settings this way. Idempotent; a run's saved `config.json` is already resolved.
     /// A run `init_from` a checkpoint keeps the checkpoint's sizes.
-    pub fn resolve(&mut self, tokenizer: Option<&WordPieceTokenizer>) {
+    pub fn resolve(&mut self, tokenizer: Option<&SubwordTokenizer>) {
         if self.init_from.is_some() {
             return;
         }
@@ -186,14 +186,20 @@ impl TrainConfig {
     /// [`ConfigError::Value`] for a `max_seq_len` above the checkpoint's
     /// `max_position_embeddings`, naming both.
     pub fn continue_from(&mut self, pretrained: &Pretrained) -> Result<(), ConfigError> {
-        let positions = pretrained.config.max_position_embeddings;
+        let model = &pretrained.config;
+        let longest = model.max_sequence_len();
+        let offset = match model.position_offset {
+            0 => String::new(),
+            n => format!(" less the {n} rows before RoBERTa's first position"),
+        };
         ConfigError::check(
             "max_seq_len",
             self.max_seq_len,
-            self.max_seq_len <= positions,
+            self.max_seq_len <= longest,
             format!(
-                "is above the max_position_embeddings = {positions} of {}",
-                pretrained.dir.display()
+                "is above the {longest} positions of {} (max_position_embeddings = {}{offset})",
+                pretrained.dir.display(),
+                model.max_position_embeddings
             ),
         )?;
         self.init_from = Some(pretrained.dir.clone());
@@ -242,7 +248,7 @@ impl TrainConfig {
     /// [`Self::validate`]'s table after the counts: every other setting, in order.
     fn rules(&self) -> [Result<(), ConfigError>; 9] {
         let (budget, specials) = (self.time_budget_seconds, data::SPECIAL_TOKENS.len());
-        let max_positions = self.model.max_position_embeddings;
+        let max_positions = self.model.max_sequence_len();
         let weight_decay = self.weight_decay;
         [
             positive_rule("learning_rate", self.learning_rate),
@@ -270,7 +276,7 @@ impl TrainConfig {
                 "max_seq_len",
                 self.max_seq_len,
                 self.max_seq_len <= max_positions,
-                format!("must be in [3, max_position_embeddings = {max_positions}]"),
+                format!("must be in [3, the model's {max_positions} positions]"),
             ),
             ConfigError::check(
                 "time_budget_seconds",
@@ -374,7 +380,7 @@ pub(crate) fn config_from_json(
 impl TrainConfig {
     /// How the run's own data folder is prepared from `corpus`, with `tokenizer` (else one
     /// trained on the training split).
-    pub fn prepare_options(&self, tokenizer: Option<WordPieceTokenizer>) -> PrepareOptions {
+    pub fn prepare_options(&self, tokenizer: Option<SubwordTokenizer>) -> PrepareOptions {
         PrepareOptions {
             tokenizer,
             line_by_line: self.line_by_line,

@@ -1,9 +1,11 @@
-//! Continued pretraining, step-exact to transformers: `tests/fixtures/continued/bert/` is a
-//! tiny `BertForMaskedLM` that `make_reference.py` trained three AdamW steps in PyTorch on
-//! fixed masked batches (`reference.json`). Loaded through `train --init-from`'s code path
-//! ([`Pretrained`], [`TrainConfig::continue_from`], [`Trainer::from_model`]), our trainer takes
-//! the same steps: the same losses, gradient norms and learning rates, the same gradients at
-//! step 1 and the same weights after steps 1 and 3.
+//! Continued pretraining, step-exact to transformers: `tests/fixtures/continued/bert/` and
+//! `roberta/` are a tiny `BertForMaskedLM` and `RobertaForMaskedLM` that `make_reference.py`
+//! trained three AdamW steps in PyTorch on fixed masked batches (`bert.json`,
+//! `roberta.json`). Loaded through `train --init-from`'s code path ([`Pretrained`],
+//! [`TrainConfig::continue_from`], [`Trainer::from_model`]), our trainer takes the same steps:
+//! the same losses, gradient norms and learning rates, the same gradients at step 1 and the
+//! same weights after steps 1 and 3. Then the command itself: train, resume, export, and the
+//! refusals.
 
 mod common;
 
@@ -27,8 +29,9 @@ fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/continued")
 }
 
-fn reference() -> Value {
-    let text = std::fs::read_to_string(fixture().join("reference.json")).unwrap();
+/// `make_reference.py`'s record for `family` (`bert`, `roberta`).
+fn reference(family: &str) -> Value {
+    let text = std::fs::read_to_string(fixture().join(format!("{family}.json"))).unwrap();
     serde_json::from_str(&text).unwrap()
 }
 
@@ -72,7 +75,7 @@ fn batch(reference: &Value, step: usize, rows: std::ops::Range<usize>) -> Masked
 /// `model`'s parameters by Hugging Face key in PyTorch layout, through `export-hf`'s writer.
 fn by_hf_key(model: &BertForMaskedLm, pretrained: &Pretrained) -> HashMap<String, Vec<f32>> {
     let dir = tempfile::tempdir().unwrap();
-    save_hf(model, &pretrained.config, 0, dir.path()).unwrap();
+    save_hf(model, &pretrained.config, &pretrained.tokenizer, dir.path()).unwrap();
     let bytes = std::fs::read(dir.path().join("model.safetensors")).unwrap();
     let file = SafeTensors::deserialize(&bytes).unwrap();
     file.tensors()
@@ -128,9 +131,19 @@ fn gradients_as_model(model: &BertForMaskedLm, grads: GradientsParams) -> BertFo
 }
 
 #[test]
-fn three_steps_from_a_hugging_face_checkpoint_match_pytorch() {
-    let (reference, device) = (reference(), flex_device());
-    let pretrained = Pretrained::read(&fixture().join("bert")).unwrap();
+fn three_steps_from_a_bert_checkpoint_match_pytorch() {
+    three_steps_match_pytorch("bert");
+}
+
+#[test]
+fn three_steps_from_a_roberta_checkpoint_match_pytorch() {
+    three_steps_match_pytorch("roberta");
+}
+
+/// The fixture `family` through `--init-from`'s code path, step by step against PyTorch.
+fn three_steps_match_pytorch(family: &str) {
+    let (reference, device) = (reference(family), flex_device());
+    let pretrained = Pretrained::read(&fixture().join(family)).unwrap();
     let mut config = TrainConfig::new(PathBuf::new())
         .with_learning_rate(5e-3)
         .with_warmup_steps(2)
@@ -145,7 +158,8 @@ fn three_steps_from_a_hugging_face_checkpoint_match_pytorch() {
     // Step 1's gradient of the mean loss, every parameter.
     let whole = batch(&reference, 0, 0..4);
     let n_masked = whole.masked_positions.len() as f64;
-    let on_device = to_device(&whole, 0, pretrained.config.vocab_size, &device).unwrap();
+    let (pad, vocab_size) = (pretrained.tokenizer.pad_id, pretrained.config.vocab_size);
+    let on_device = to_device(&whole, pad, vocab_size, &device).unwrap();
     let out = forward_loss(&model, on_device, &MaskedCrossEntropy::default()).unwrap();
     let grads = GradientsParams::from_grads((out.loss_sum / n_masked).backward(), &model);
     let grads = by_hf_key(&gradients_as_model(&model, grads), &pretrained);
@@ -247,20 +261,57 @@ fn succeeded(out: &std::process::Output) {
 }
 
 #[test]
-fn train_init_from_continues_a_checkpoint_that_resumes_and_exports_to_its_family() {
+fn train_init_from_bert_continues_resumes_and_exports_a_bert() {
     let tmp = tempfile::tempdir().unwrap();
-    let (corpus, run) = (corpus_in_vocabulary(tmp.path()), tmp.path().join("run"));
-    succeeded(&train_from(&fixture().join("bert"), &corpus, &run, &[]));
+    let corpus = corpus_in_vocabulary(tmp.path());
+    continue_resume_export(tmp.path(), "bert", &corpus, &[]);
+}
+
+#[test]
+fn train_init_from_roberta_with_span_masking_continues_resumes_and_exports_a_roberta() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    let text = std::fs::read_to_string(fixture().join("paragraphs.txt")).unwrap();
+    let paragraphs: Vec<&str> = text.split("\n\n").collect();
+    for d in 0..120 {
+        let document = paragraphs[d % paragraphs.len()];
+        std::fs::write(corpus.join(format!("doc-{d:03}.txt")), document).unwrap();
+    }
+    let hf = continue_resume_export(tmp.path(), "roberta", &corpus, &["--masking", "span"]);
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(hf.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["architectures"][0], "RobertaForMaskedLM");
+    assert_eq!(
+        (
+            config["bos_token_id"].as_u64(),
+            config["eos_token_id"].as_u64()
+        ),
+        (Some(0), Some(2))
+    );
+    let tokenizer: Value =
+        serde_json::from_str(&std::fs::read_to_string(hf.join("tokenizer_config.json")).unwrap())
+            .unwrap();
+    assert_eq!(tokenizer["tokenizer_class"], "RobertaTokenizer");
+    assert_eq!(tokenizer["mask_token"], "<mask>");
+}
+
+/// `train --init-from` the fixture `family` on `corpus` (4 steps, then `extra`), `--resume`
+/// to 6 and `export-hf`: the run keeps the checkpoint's model and logs its held-out loss at
+/// step 0; the export is the same family with every tensor trained. Returns the export.
+fn continue_resume_export(tmp: &Path, family: &str, corpus: &Path, extra: &[&str]) -> PathBuf {
+    let (checkpoint, run) = (fixture().join(family), tmp.join("run"));
+    succeeded(&train_from(&checkpoint, corpus, &run, extra));
 
     let config: TrainConfig = mlm_train::RunDir(run.clone()).load_config().unwrap();
-    let pretrained = Pretrained::read(&fixture().join("bert")).unwrap();
+    let pretrained = Pretrained::read(&checkpoint).unwrap();
     assert_eq!(
         config.model, pretrained.config,
-        "the checkpoint's model, 24 positions kept"
+        "the checkpoint's model, its positions kept"
     );
     assert_eq!(
         config.init_from,
-        Some(std::fs::canonicalize(fixture().join("bert")).unwrap())
+        Some(std::fs::canonicalize(&checkpoint).unwrap())
     );
     let metrics = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
     assert!(
@@ -276,7 +327,7 @@ fn train_init_from_continues_a_checkpoint_that_resumes_and_exports_to_its_family
         .output()
         .unwrap();
     succeeded(&resumed);
-    let hf = tmp.path().join("hf");
+    let hf = tmp.join("hf");
     let export = std::process::Command::new(BIN)
         .args(["export-hf", "--run"])
         .arg(&run)
@@ -300,6 +351,7 @@ fn train_init_from_continues_a_checkpoint_that_resumes_and_exports_to_its_family
         before.iter().all(|(key, values)| after[key] != *values),
         "every tensor trained"
     );
+    hf
 }
 
 /// A copy of the fixture checkpoint in `dir`, changed by `change`.
@@ -371,10 +423,16 @@ fn a_checkpoint_that_does_not_fit_is_refused_in_one_line_before_anything_is_writ
             vec!["config.json", "not a Hugging Face model folder"],
         ),
         (
-            "RoBERTa",
+            "a BERT tokenizer for a RoBERTa",
             Box::new(|hf| set_config(hf, "model_type", "roberta".into())),
             &[],
-            vec!["model_type", "roberta"],
+            vec!["vocab.txt", "WordPiece", "roberta"],
+        ),
+        (
+            "DistilBERT",
+            Box::new(|hf| set_config(hf, "model_type", "distilbert".into())),
+            &[],
+            vec!["model_type", "distilbert", "roberta"],
         ),
         (
             "ReLU",

@@ -9,9 +9,7 @@ use std::path::Path;
 
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use common::{corpus, flex_device, micro_config};
-use mlm_train::data::{
-    DataFolder, PrepareOptions, WordPieceTokenizer, prepare_folder, read_corpus,
-};
+use mlm_train::data::{DataFolder, PrepareOptions, SubwordTokenizer, prepare_folder, read_corpus};
 use mlm_train::run::report::read_metrics;
 use mlm_train::{TrainConfig, TrainError};
 
@@ -171,7 +169,7 @@ fn a_run_from_a_data_folder_equals_a_run_from_its_corpus() {
     );
     let other = tmp.path().join("other.json");
     let sentences = ["a completely different little vocabulary"; 3];
-    WordPieceTokenizer::train(sentences.into_iter(), 40)
+    SubwordTokenizer::train(sentences.into_iter(), 40)
         .unwrap()
         .save(&other)
         .unwrap();

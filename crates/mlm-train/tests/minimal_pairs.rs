@@ -11,7 +11,7 @@ use std::process::Command;
 use burn::tensor::Device;
 use common::{micro_config, path_arg, run_to_end, summary, train_command};
 use mlm_core::{PseudoLogLikelihood, SpecialTokenIds, prefers_grammatical};
-use mlm_train::data::{WordPieceTokenizer, read_minimal_pairs};
+use mlm_train::data::{SubwordTokenizer, read_minimal_pairs};
 use mlm_train::eval::grammar::{MinimalPairsScore, score_minimal_pairs};
 use mlm_train::model::hf::load_hf;
 use mlm_train::{BertForMaskedLm, TrainError};
@@ -157,7 +157,7 @@ fn sentences_the_model_cannot_score_are_refused_by_index() {
 }
 
 /// A WordPiece vocabulary that fits the tiny BERT's 64 rows: the specials, then words.
-fn tiny_tokenizer(dir: &Path) -> WordPieceTokenizer {
+fn tiny_tokenizer(dir: &Path) -> SubwordTokenizer {
     let mut vocab: Vec<String> = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
         .map(String::from)
         .to_vec();
@@ -171,7 +171,7 @@ fn tiny_tokenizer(dir: &Path) -> WordPieceTokenizer {
     vocab.extend(('a'..='z').take(64 - vocab.len()).map(|c| format!("##{c}")));
     let path = dir.join("vocab.txt");
     std::fs::write(&path, vocab.join("\n")).unwrap();
-    WordPieceTokenizer::from_file(&path).unwrap()
+    SubwordTokenizer::from_file(&path).unwrap()
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 mod common;
 use common::{copy_dir, flex_device, tiny_config, train_losses};
-use mlm_train::data::WordPieceTokenizer;
+use mlm_train::data::SubwordTokenizer;
 use mlm_train::run::TrainedRun;
 use mlm_train::run::checkpoint;
 use mlm_train::run::report::{Summary, read_metrics};
@@ -26,7 +26,7 @@ fn short_run_learns_writes_every_file_and_resumes_exactly() {
         "vocab size taken from the tokenizer"
     );
     assert_eq!(
-        WordPieceTokenizer::from_file(&dir.tokenizer())
+        SubwordTokenizer::from_file(&dir.tokenizer())
             .unwrap()
             .vocab_size(),
         1000

@@ -10,7 +10,7 @@ use crate::TrainConfig;
 use crate::backend::BackendKind;
 use crate::cli::bench::BackendBenchConfig;
 use crate::config::{WeightDecayOn, config_with_overrides};
-use crate::data::{Manifest, Masking, PrepareOptions, WordPieceTokenizer};
+use crate::data::{Manifest, Masking, PrepareOptions, SubwordTokenizer};
 use crate::duration::parse_time_budget;
 use crate::error::TrainError;
 use crate::model::BertConfig;
@@ -438,7 +438,7 @@ impl PrepareArgs {
             tokenizer: self
                 .tokenizer
                 .as_deref()
-                .map(WordPieceTokenizer::from_file)
+                .map(SubwordTokenizer::from_file)
                 .transpose()?,
             tokenizer_sample_bytes: self.tokenizer_sample << 20,
             line_by_line: self.line_by_line,

@@ -1,7 +1,8 @@
 //! Every shell command of the workspace's README, checked: each `mlm-train` command line
 //! (through `cargo run`, the built binary, `mpirun` or `srun`) is parsed by the binary's own
 //! argument parser, the cargo features it names exist, and the test command is the one CI
-//! runs. What each command then does is run by the trainer's tests (`short_run`,
+//! runs; a pinned `pip download` and a script of ours may prepare a corpus. What each
+//! command then does is run by the trainer's tests (`short_run`,
 //! `hf_interop`, `minimal_pairs`, `reliability`, `data_parallel`); the Rust snippet is a
 //! doctest of the root crate.
 
@@ -9,15 +10,25 @@ use std::path::Path;
 
 use super::args::command;
 
-/// The lines of the README's ```sh blocks.
+/// The command lines of the README's ```sh blocks, a line ending in `\` joined to the next.
 fn shell_lines(readme: &str) -> Vec<String> {
-    let mut lines = Vec::new();
-    let mut in_sh = false;
+    let mut lines: Vec<String> = Vec::new();
+    let (mut in_sh, mut continued) = (false, false);
     for line in readme.lines() {
         match line.trim() {
             "```sh" => in_sh = true,
             "```" => in_sh = false,
-            text if in_sh && !text.is_empty() && !text.starts_with('#') => lines.push(text.into()),
+            text if in_sh && !text.is_empty() && !text.starts_with('#') => {
+                let (text, next) = match text.strip_suffix('\\') {
+                    Some(head) => (head.trim_end(), true),
+                    None => (text, false),
+                };
+                match (continued, lines.last_mut()) {
+                    (true, Some(last)) => *last = format!("{last} {text}"),
+                    _ => lines.push(text.into()),
+                }
+                continued = next;
+            }
             _ => {}
         }
     }
@@ -89,6 +100,14 @@ fn every_command_of_the_readme_parses_and_names_what_exists() {
                 panic!("{line}: the CLI refuses it:\n{e}");
             }
             subcommands.push(args[0].clone());
+        } else if words.starts_with(&["python3".into()]) {
+            let script = root.join(&words[1]);
+            assert!(script.is_file(), "{line}: no script {}", script.display());
+        } else if words.starts_with(&["pip".into(), "download".into()]) {
+            assert!(
+                words[2].contains("=="),
+                "{line}: a download without a pinned version"
+            );
         } else if words.starts_with(&["cargo".into(), "test".into()]) {
             assert!(
                 ci.lines().any(|l| l.trim() == line),
@@ -97,7 +116,8 @@ fn every_command_of_the_readme_parses_and_names_what_exists() {
         } else {
             assert!(
                 words.starts_with(&["cargo".into(), "build".into()]),
-                "{line}: neither mlm-train, cargo build nor CI's cargo test"
+                "{line}: neither mlm-train, a script of ours, a pinned download, cargo build \
+                 nor CI's cargo test"
             );
         }
     }
@@ -121,5 +141,14 @@ fn the_shell_splitter_keeps_quoted_words_whole() {
     assert_eq!(
         words(r#"mlm-train predict --run r "The [MASK] sat.""#),
         ["mlm-train", "predict", "--run", "r", "The [MASK] sat."]
+    );
+}
+
+#[test]
+fn a_line_ending_in_a_backslash_goes_on_on_the_next() {
+    let readme = "text\n```sh\nmlm-train train \\\n    --run r \\\n    --max-steps 3\nls\n```\n";
+    assert_eq!(
+        shell_lines(readme),
+        ["mlm-train train --run r --max-steps 3", "ls"]
     );
 }

@@ -7,7 +7,7 @@ use mlm_core::{MaskedBatch, MaskedTargets, Masker};
 use rand::seq::SliceRandom;
 
 use super::Document;
-use super::tokenizer::WordPieceTokenizer;
+use super::tokenizer::SubwordTokenizer;
 use crate::error::{ConfigError, TrainError};
 use crate::seed::{Stream, stream_rng};
 
@@ -18,7 +18,7 @@ use crate::seed::{Stream, stream_rng};
 /// [`ConfigError::Value`] if `max_seq_len < 3` ([`check_max_seq_len`]); tokenizer errors.
 pub fn pack(
     documents: &[Document],
-    tokenizer: &WordPieceTokenizer,
+    tokenizer: &SubwordTokenizer,
     max_seq_len: usize,
 ) -> Result<Vec<Vec<u32>>, TrainError> {
     check_max_seq_len(max_seq_len)?;
@@ -38,15 +38,18 @@ pub fn pack(
 /// Tokenizer errors.
 pub fn pack_document(
     document: &Document,
-    tokenizer: &WordPieceTokenizer,
+    tokenizer: &SubwordTokenizer,
     max_seq_len: usize,
     line_by_line: bool,
 ) -> Result<Vec<Vec<u32>>, TrainError> {
     let room = max_seq_len - 2;
     let mut sequences = Vec::new();
     let mut body: Vec<u32> = Vec::with_capacity(room);
-    for sentence in &document.sentences {
-        let ids = tokenizer.encode(sentence)?;
+    for (i, sentence) in document.sentences.iter().enumerate() {
+        let ids = match i == 0 || line_by_line {
+            true => tokenizer.encode(sentence)?,
+            false => tokenizer.encode_after_space(sentence)?,
+        };
         if !body.is_empty() && (line_by_line || body.len() + ids.len() > room) {
             sequences.push(tokenizer.wrap(&body));
             body.clear();

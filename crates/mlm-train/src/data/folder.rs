@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::npy::{Dtype, NpyArray};
-use super::tokenizer::WordPieceTokenizer;
+use super::tokenizer::SubwordTokenizer;
 use crate::error::TrainError;
 use crate::files::{io, read_json};
 
@@ -146,7 +146,7 @@ impl Manifest {
 ///
 /// # Errors
 /// [`TrainError::Tokenizer`] if the ids have gaps.
-pub fn vocab_sha256(tokenizer: &WordPieceTokenizer) -> Result<String, TrainError> {
+pub fn vocab_sha256(tokenizer: &SubwordTokenizer) -> Result<String, TrainError> {
     Ok(hex_sha256(tokenizer.vocab()?.join("\n").as_bytes()))
 }
 
@@ -213,7 +213,7 @@ pub struct DataFolder {
     /// Its manifest.
     pub manifest: Manifest,
     /// The tokenizer that made its ids.
-    pub tokenizer: WordPieceTokenizer,
+    pub tokenizer: SubwordTokenizer,
     /// Training sequences.
     pub train: TokenSplit,
     /// Held-out sequences.
@@ -237,7 +237,7 @@ impl DataFolder {
             .par_iter()
             .map(|entry| verify(dir, entry))
             .collect::<Result<Vec<()>, _>>()?;
-        let tokenizer = WordPieceTokenizer::from_file(&dir.join("tokenizer.json"))?;
+        let tokenizer = SubwordTokenizer::from_file(&dir.join("tokenizer.json"))?;
         if vocab_sha256(&tokenizer)? != manifest.tokenizer_sha256 {
             return Err(folder_error(
                 dir.join("tokenizer.json"),

@@ -22,4 +22,4 @@ pub use masking::Masking;
 pub use minimal_pairs::{MinimalPair, Paradigm, Sentence, read_minimal_pairs};
 pub use prepare::{PrepareOptions, prepare_folder};
 pub use schedule::BatchSchedule;
-pub use tokenizer::{SPECIAL_TOKENS, WordPieceTokenizer};
+pub use tokenizer::{ROBERTA_SPECIAL_TOKENS, SPECIAL_TOKENS, SubwordTokenizer, TokenizerKind};

@@ -15,7 +15,7 @@ use super::folder::{
 };
 use super::npy::{Dtype, npy_bytes};
 use super::source::{RawDocuments, source_files};
-use super::tokenizer::WordPieceTokenizer;
+use super::tokenizer::SubwordTokenizer;
 use crate::error::TrainError;
 use crate::files::{io, write_json};
 
@@ -27,7 +27,7 @@ const BATCH_BYTES: usize = 16 << 20;
 pub struct PrepareOptions {
     /// The tokenizer to use; `None`: train a WordPiece vocabulary of `vocab_size` tokens on
     /// the first `tokenizer_sample_bytes` of training text.
-    pub tokenizer: Option<WordPieceTokenizer>,
+    pub tokenizer: Option<SubwordTokenizer>,
     /// Size of a trained vocabulary, specials included.
     pub vocab_size: usize,
     /// Text a trained vocabulary learns from, bytes of cleaned sentences (the whole
@@ -198,7 +198,7 @@ fn train_tokenizer(
     corpus: &Path,
     files: &[super::source::SourceFile],
     options: &PrepareOptions,
-) -> Result<WordPieceTokenizer, TrainError> {
+) -> Result<SubwordTokenizer, TrainError> {
     let mut documents = SplitDocuments::new(
         RawDocuments::new(files, &options.text_field),
         options.held_out_every,
@@ -216,7 +216,7 @@ fn train_tokenizer(
     if sample.is_empty() {
         return Err(TrainError::EmptyCorpus(corpus.to_path_buf()));
     }
-    WordPieceTokenizer::train(sample.iter().map(String::as_str), options.vocab_size)
+    SubwordTokenizer::train(sample.iter().map(String::as_str), options.vocab_size)
 }
 
 /// Cleaned documents in batches, each marked held out or not: one in `every` is held out

@@ -1,5 +1,6 @@
-//! WordPiece tokenizer (the `tokenizers` crate): trained on the training split, or loaded
-//! from a `tokenizer.json` or a BERT `vocab.txt`.
+//! The subword tokenizer (the `tokenizers` crate): a WordPiece vocabulary trained on the
+//! training split or loaded from a `tokenizer.json` or a BERT `vocab.txt`, or RoBERTa's
+//! byte-level BPE from a `tokenizer.json` or `vocab.json` + `merges.txt`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -11,7 +12,11 @@ use tokenizers::models::ModelWrapper;
 use tokenizers::models::bpe::{BPE, BpeTrainer};
 use tokenizers::models::wordpiece::WordPiece;
 use tokenizers::normalizers::bert::BertNormalizer;
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::processors::PostProcessorWrapper;
+use tokenizers::processors::roberta::RobertaProcessing;
 use tokenizers::processors::template::TemplateProcessing;
 use tokenizers::{
     AddedToken, NormalizedString, Normalizer, OffsetReferential, OffsetType, PreTokenizedString,
@@ -26,26 +31,143 @@ use crate::error::TrainError;
 /// BERT's special tokens, in the order a trained vocabulary assigns their ids (0..5).
 pub const SPECIAL_TOKENS: [&str; 5] = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"];
 
-/// A BERT-style uncased WordPiece tokenizer with the ids of its special tokens.
+/// RoBERTa's special tokens in the roles of [`SPECIAL_TOKENS`]: padding, unknown, start
+/// (`[CLS]`'s place), end (`[SEP]`'s) and mask.
+pub const ROBERTA_SPECIAL_TOKENS: [&str; 5] = ["<pad>", "<unk>", "<s>", "</s>", "<mask>"];
+
+/// The subword model of a tokenizer: it fixes the special tokens and where words start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenizerKind {
+    /// BERT's uncased WordPiece (`[CLS] … [SEP]`): a word goes on with `##` pieces.
+    WordPiece,
+    /// RoBERTa's byte-level BPE (`<s> … </s>`, Radford et al. 2019, §2.2): a word after a
+    /// space starts with `Ġ`, the encoded space.
+    ByteLevelBpe,
+}
+
+impl TokenizerKind {
+    /// The kind of a loaded `tokenizer.json`.
+    ///
+    /// # Errors
+    /// A message naming the model if it is neither WordPiece nor a BPE with a byte-level
+    /// pre-tokenizer.
+    fn of(tokenizer: &Tokenizer) -> Result<Self, String> {
+        let byte_level = matches!(
+            tokenizer.get_pre_tokenizer(),
+            Some(PreTokenizerWrapper::ByteLevel(_))
+        );
+        match tokenizer.get_model() {
+            ModelWrapper::WordPiece(_) => Ok(Self::WordPiece),
+            ModelWrapper::BPE(_) if byte_level => Ok(Self::ByteLevelBpe),
+            model => {
+                let kind = serde_json::to_value(model)
+                    .ok()
+                    .and_then(|model| model["type"].as_str().map(String::from))
+                    .unwrap_or_else(|| "another".into());
+                let level = if kind == "BPE" {
+                    " without a byte-level pre-tokenizer"
+                } else {
+                    ""
+                };
+                Err(format!(
+                    "its model is {kind}{level}; only WordPiece (BERT) and byte-level BPE \
+                     (RoBERTa) tokenizers are supported"
+                ))
+            }
+        }
+    }
+
+    /// Its name in messages: `WordPiece`, `byte-level BPE`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::WordPiece => "WordPiece",
+            Self::ByteLevelBpe => "byte-level BPE",
+        }
+    }
+
+    /// Its special tokens in role order: padding, unknown, start, end, mask.
+    pub fn special_tokens(self) -> [&'static str; 5] {
+        match self {
+            Self::WordPiece => SPECIAL_TOKENS,
+            Self::ByteLevelBpe => ROBERTA_SPECIAL_TOKENS,
+        }
+    }
+
+    /// Whether `token` goes on with the word of the token before it (whole-word and span
+    /// masking).
+    pub fn continues_word(self, token: &str) -> bool {
+        match self {
+            Self::WordPiece => token.starts_with("##"),
+            Self::ByteLevelBpe => !token.starts_with('Ġ'),
+        }
+    }
+
+    /// The ids never masked nor drawn as replacements: WordPiece's bracketed tokens (the
+    /// specials and bert-base's `[unused0]` …), or the tokens a BPE declares special.
+    fn special_ids(self, tokenizer: &Tokenizer) -> Vec<u32> {
+        let mut ids: Vec<u32> = match self {
+            Self::WordPiece => tokenizer
+                .get_vocab(true)
+                .into_iter()
+                .filter(|(token, _)| token.starts_with('[') && token.ends_with(']'))
+                .map(|(_, id)| id)
+                .collect(),
+            Self::ByteLevelBpe => tokenizer
+                .get_added_tokens_decoder()
+                .into_iter()
+                .filter(|(_, token)| token.special)
+                .map(|(id, _)| id)
+                .collect(),
+        };
+        ids.sort_unstable();
+        ids
+    }
+
+    /// What a saved tokenizer adds around a sequence: `[CLS] A [SEP]` (pair `[CLS] A [SEP] B
+    /// [SEP]`), or RoBERTa's `<s> A </s>` (pair `<s> A </s></s> B </s>`).
+    fn post_processor(self, [cls_id, sep_id]: [u32; 2]) -> Result<PostProcessorWrapper, String> {
+        let [_, _, cls, sep, _] = self.special_tokens().map(String::from);
+        Ok(match self {
+            Self::WordPiece => TemplateProcessing::builder()
+                .try_single("[CLS] $A [SEP]")
+                .and_then(|t| t.try_pair("[CLS] $A [SEP] $B:1 [SEP]:1"))
+                .map_err(|e| e.to_string())?
+                .special_tokens(vec![(cls, cls_id), (sep, sep_id)])
+                .build()
+                .map_err(|e| e.to_string())?
+                .into(),
+            Self::ByteLevelBpe => RobertaProcessing::new((sep, sep_id), (cls, cls_id))
+                .add_prefix_space(false)
+                .into(),
+        })
+    }
+}
+
+/// A subword tokenizer with the ids of its special tokens: BERT's uncased WordPiece or
+/// RoBERTa's byte-level BPE ([`TokenizerKind`]). The fields are named by BERT's roles;
+/// RoBERTa's `<s>` is `cls_id`, `</s>` `sep_id`.
 #[derive(Clone)]
-pub struct WordPieceTokenizer {
+pub struct SubwordTokenizer {
     inner: Tokenizer,
-    /// `[PAD]` id.
+    /// WordPiece or byte-level BPE.
+    pub kind: TokenizerKind,
+    /// `[PAD]` (`<pad>`) id.
     pub pad_id: u32,
-    /// `[UNK]` id: what a word with a character outside the vocabulary becomes.
+    /// `[UNK]` (`<unk>`) id: what a word with a character outside the vocabulary becomes.
     pub unk_id: u32,
-    /// `[CLS]` id.
+    /// `[CLS]` (`<s>`) id.
     pub cls_id: u32,
-    /// `[SEP]` id.
+    /// `[SEP]` (`</s>`) id.
     pub sep_id: u32,
-    /// `[MASK]` id.
+    /// `[MASK]` (`<mask>`) id.
     pub mask_id: u32,
     /// Ids never selected for masking nor drawn as random replacements: the five specials
-    /// and every other bracketed token such as bert-base's `[unused0]`.
+    /// and every other bracketed token such as bert-base's `[unused0]` (WordPiece), or
+    /// every token the tokenizer declares special (BPE).
     pub special_ids: Vec<u32>,
 }
 
-impl WordPieceTokenizer {
+impl SubwordTokenizer {
     /// Trains an uncased WordPiece vocabulary of `vocab_size` tokens (specials included)
     /// on `sentences`: the same sentences give a byte-identical vocabulary in every process.
     ///
@@ -84,13 +206,17 @@ impl WordPieceTokenizer {
             .map_err(fail)?;
         let mut tokenizer = bert_pipeline(WordPiece::from_bpe(&bpe));
         tokenizer.add_special_tokens(&specials);
-        Self::new(tokenizer, Path::new("(training)"))
+        Self::new(tokenizer, TokenizerKind::WordPiece, Path::new("(training)"))
     }
 
-    /// Loads `tokenizer.json` or a BERT `vocab.txt` (one token per line; uncased).
+    /// Loads a `tokenizer.json` (a WordPiece or byte-level BPE model), a BERT `vocab.txt`
+    /// (one token per line; uncased), or a RoBERTa `vocab.json` with the `merges.txt` beside
+    /// it.
     ///
     /// # Errors
-    /// [`TrainError::Tokenizer`] naming the file if it cannot be read or lacks a special token.
+    /// [`TrainError::Tokenizer`] naming the file if it cannot be read, is of another kind
+    /// (a BPE that is not byte-level, a Unigram, ...), or lacks one of its kind's special
+    /// tokens (`[MASK]`, `<mask>`, ...).
     pub fn from_file(path: &Path) -> Result<Self, TrainError> {
         let fail = |reason: String| TrainError::Tokenizer {
             path: path.to_path_buf(),
@@ -99,79 +225,75 @@ impl WordPieceTokenizer {
         if !path.is_file() {
             return Err(fail("no such file".into()));
         }
-        let tokenizer = if path.extension().is_some_and(|e| e == "txt") {
-            let file = path
-                .to_str()
-                .ok_or_else(|| fail("path is not UTF-8".into()))?;
-            let model = WordPiece::from_file(file)
-                .unk_token("[UNK]".into())
-                .build()
-                .map_err(|e| fail(e.to_string()))?;
-            bert_pipeline(model)
-        } else {
-            let tokenizer = Tokenizer::from_file(path)
-                .map_err(|e| fail(format!("not a tokenizer.json (nor a vocab.txt): {e}")))?;
-            if !matches!(tokenizer.get_model(), ModelWrapper::WordPiece(_)) {
-                let kind = serde_json::to_value(tokenizer.get_model())
-                    .ok()
-                    .and_then(|model| model["type"].as_str().map(String::from))
-                    .unwrap_or_else(|| "another".into());
-                return Err(fail(format!(
-                    "its model is {kind}; only WordPiece (BERT) tokenizers are supported"
-                )));
+        let file = path
+            .to_str()
+            .ok_or_else(|| fail("path is not UTF-8".into()))?;
+        let (tokenizer, kind) = match path.extension().and_then(|e| e.to_str()) {
+            Some("txt") => {
+                let model = WordPiece::from_file(file)
+                    .unk_token("[UNK]".into())
+                    .build()
+                    .map_err(|e| fail(e.to_string()))?;
+                (bert_pipeline(model), TokenizerKind::WordPiece)
             }
-            tokenizer
+            Some("json") if path.file_name().is_some_and(|name| name == "vocab.json") => {
+                let merges = path.with_file_name("merges.txt");
+                let merges = merges
+                    .to_str()
+                    .ok_or_else(|| fail("path is not UTF-8".into()))?;
+                let model = BPE::from_file(file, merges)
+                    .build()
+                    .map_err(|e| fail(format!("with {merges}: {e}")))?;
+                (byte_level_pipeline(model), TokenizerKind::ByteLevelBpe)
+            }
+            _ => {
+                let tokenizer = Tokenizer::from_file(path)
+                    .map_err(|e| fail(format!("not a tokenizer.json (nor a vocab.txt): {e}")))?;
+                let kind = TokenizerKind::of(&tokenizer).map_err(fail)?;
+                (tokenizer, kind)
+            }
         };
-        Self::new(tokenizer, path)
+        Self::new(tokenizer, kind, path)
     }
 
-    fn new(mut inner: Tokenizer, path: &Path) -> Result<Self, TrainError> {
+    fn new(mut inner: Tokenizer, kind: TokenizerKind, path: &Path) -> Result<Self, TrainError> {
+        let fail = |reason: String| TrainError::Tokenizer {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let specials = kind.special_tokens();
         let id = |token: &str| {
             inner
                 .token_to_id(token)
-                .ok_or_else(|| TrainError::Tokenizer {
-                    path: path.to_path_buf(),
-                    reason: format!("the vocabulary has no {token} token"),
-                })
+                .ok_or_else(|| fail(format!("the vocabulary has no {token} token")))
         };
         let [pad_id, unk_id, cls_id, sep_id, mask_id] = [
-            id(SPECIAL_TOKENS[0])?,
-            id(SPECIAL_TOKENS[1])?,
-            id(SPECIAL_TOKENS[2])?,
-            id(SPECIAL_TOKENS[3])?,
-            id(SPECIAL_TOKENS[4])?,
+            id(specials[0])?,
+            id(specials[1])?,
+            id(specials[2])?,
+            id(specials[3])?,
+            id(specials[4])?,
         ];
         // Match the specials (a literal "[MASK]" in a prompt) before normalisation; they
-        // are in the vocabulary already (checked above), so no id changes.
-        inner.add_special_tokens(
-            &SPECIAL_TOKENS
-                .iter()
-                .map(|t| AddedToken::from(*t, true))
-                .collect::<Vec<_>>(),
-        );
-        let mut special_ids: Vec<u32> = inner
-            .get_vocab(true)
-            .into_iter()
-            .filter(|(token, _)| token.starts_with('[') && token.ends_with(']'))
-            .map(|(_, id)| id)
+        // are in the vocabulary already (checked above), so no id changes. A tokenizer.json
+        // keeps its own settings for those it declares (RoBERTa's `<mask>` strips the space
+        // before it).
+        let declared: Vec<String> = inner
+            .get_added_tokens_decoder()
+            .into_values()
+            .map(|t| t.content)
             .collect();
-        special_ids.sort_unstable();
-        let template = TemplateProcessing::builder()
-            .try_single("[CLS] $A [SEP]")
-            .and_then(|t| t.try_pair("[CLS] $A [SEP] $B:1 [SEP]:1"))
-            .map_err(|e| TrainError::Tokenizer {
-                path: path.to_path_buf(),
-                reason: e.to_string(),
-            })?
-            .special_tokens(vec![("[CLS]", cls_id), ("[SEP]", sep_id)])
-            .build()
-            .map_err(|e| TrainError::Tokenizer {
-                path: path.to_path_buf(),
-                reason: e.to_string(),
-            })?;
-        inner.with_post_processor(Some(template));
+        let missing: Vec<AddedToken> = specials
+            .iter()
+            .filter(|t| kind == TokenizerKind::WordPiece || !declared.iter().any(|d| d == *t))
+            .map(|t| AddedToken::from(*t, true))
+            .collect();
+        inner.add_special_tokens(&missing);
+        let special_ids = kind.special_ids(&inner);
+        inner.with_post_processor(Some(kind.post_processor([cls_id, sep_id]).map_err(fail)?));
         Ok(Self {
             inner,
+            kind,
             pad_id,
             unk_id,
             cls_id,
@@ -198,7 +320,7 @@ impl WordPieceTokenizer {
     /// `mlm_probability` (BERT §3.1: 0.15) with 80/10/10 replacement; batch `k` of a run is
     /// drawn with generator `k` of `seed` ([`Masker::resume_at`]). [`Masking::Span`] selects
     /// SpanBERT's spans ([`SpanMaskingConfig`] defaults: Geo(0.2), at most 10 words), whose
-    /// word boundaries are this vocabulary's `##` continuation pieces.
+    /// word boundaries are this vocabulary's ([`TokenizerKind::continues_word`]).
     ///
     /// # Errors
     /// [`mlm_core::MlmError`] for an `mlm_probability` outside (0, 1]; for span masking,
@@ -222,7 +344,12 @@ impl WordPieceTokenizer {
             Masking::Span => config
                 .with_span(Some(SpanMaskingConfig::new()))
                 .init()?
-                .with_wordpiece_vocab(&self.vocab()?)?,
+                .with_word_continuations(
+                    self.vocab()?
+                        .iter()
+                        .map(|token| self.kind.continues_word(token))
+                        .collect(),
+                )?,
         })
     }
 
@@ -269,6 +396,19 @@ impl WordPieceTokenizer {
             })
     }
 
+    /// Token ids of `text` where it follows a space in running text (a document's second
+    /// sentence on): a byte-level BPE then starts its first word with `Ġ`, as it does every
+    /// other word after a space; WordPiece ignores spaces.
+    ///
+    /// # Errors
+    /// As [`encode`](Self::encode).
+    pub fn encode_after_space(&self, text: &str) -> Result<Vec<u32>, TrainError> {
+        match self.kind {
+            TokenizerKind::WordPiece => self.encode(text),
+            TokenizerKind::ByteLevelBpe => self.encode(&format!(" {text}")),
+        }
+    }
+
     /// `body` as one sequence: `[CLS] body [SEP]` (BERT's input, Devlin et al. 2019, §3).
     pub fn wrap(&self, body: &[u32]) -> Vec<u32> {
         let mut sequence = Vec::with_capacity(body.len() + 2);
@@ -282,7 +422,7 @@ impl WordPieceTokenizer {
     pub fn token(&self, id: u32) -> String {
         self.inner
             .id_to_token(id)
-            .unwrap_or_else(|| SPECIAL_TOKENS[1].to_string())
+            .unwrap_or_else(|| self.kind.special_tokens()[1].to_string())
     }
 }
 
@@ -333,6 +473,16 @@ fn count_words(sentences: &[&str]) -> tokenizers::Result<HashMap<String, u64>> {
 
 /// BERT's uncased pipeline around a WordPiece model: clean text, lowercase, strip accents,
 /// split on whitespace and punctuation.
+/// RoBERTa's pipeline around a BPE of `vocab.json` and `merges.txt`: byte-level
+/// pre-tokenizer and decoder, no prefix space (transformers' `RobertaTokenizerFast`).
+fn byte_level_pipeline(model: BPE) -> Tokenizer {
+    let mut tokenizer = Tokenizer::new(model);
+    let byte_level = ByteLevel::new(false, true, true);
+    tokenizer.with_pre_tokenizer(Some(byte_level));
+    tokenizer.with_decoder(Some(byte_level));
+    tokenizer
+}
+
 fn bert_pipeline(model: WordPiece) -> Tokenizer {
     let mut tokenizer = Tokenizer::new(model);
     tokenizer.with_normalizer(Some(BertNormalizer::default()));
@@ -373,7 +523,7 @@ mod tests {
     fn span_maskers_read_words_from_the_vocabulary() {
         let text = "the unbelievable mountaineers reconsidered their extraordinary \
                     expeditions; nevertheless, the mountaineers kept climbing";
-        let tokenizer = WordPieceTokenizer::train(std::iter::repeat_n(text, 4), 60).unwrap();
+        let tokenizer = SubwordTokenizer::train(std::iter::repeat_n(text, 4), 60).unwrap();
         let vocab = tokenizer.vocab().unwrap();
         let ids = tokenizer.wrap(&tokenizer.encode(text).unwrap());
         let is_piece = |id: u32| vocab[id as usize].starts_with("##");

@@ -14,7 +14,7 @@ use burn::tensor::Device;
 use mlm_core::{MlmError, PseudoLogLikelihood, SpecialTokenIds, prefers_grammatical};
 use serde::{Deserialize, Serialize};
 
-use crate::data::{Paradigm, Sentence, WordPieceTokenizer};
+use crate::data::{Paradigm, Sentence, SubwordTokenizer};
 use crate::error::TrainError;
 use crate::files::write_json;
 use crate::model::BertForMaskedLm;
@@ -122,7 +122,7 @@ impl MinimalPairsScore {
 /// the model's positions; the model's errors.
 pub fn score_minimal_pairs(
     model: &BertForMaskedLm,
-    tokenizer: &WordPieceTokenizer,
+    tokenizer: &SubwordTokenizer,
     suite: &Path,
     paradigms: &[Paradigm],
     max_pairs: Option<usize>,
@@ -177,7 +177,7 @@ pub fn score_minimal_pairs(
 }
 
 /// The tokenizer's special ids, as the scorer takes them.
-fn special_ids(tokenizer: &WordPieceTokenizer) -> SpecialTokenIds {
+fn special_ids(tokenizer: &SubwordTokenizer) -> SpecialTokenIds {
     SpecialTokenIds {
         cls_id: tokenizer.cls_id,
         sep_id: tokenizer.sep_id,
@@ -188,7 +188,7 @@ fn special_ids(tokenizer: &WordPieceTokenizer) -> SpecialTokenIds {
 
 /// The ids of `sentence`, refused where a word becomes `[UNK]` (the scorer checks the length).
 fn encode(
-    tokenizer: &WordPieceTokenizer,
+    tokenizer: &SubwordTokenizer,
     path: &Path,
     sentence: &Sentence,
 ) -> Result<Vec<u32>, TrainError> {

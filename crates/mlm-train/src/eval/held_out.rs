@@ -5,7 +5,7 @@ use burn::tensor::Device;
 use mlm_core::{IGNORE_INDEX, MaskedCrossEntropy};
 
 use crate::config::TrainConfig;
-use crate::data::{Masking, WordPieceTokenizer, make_batch};
+use crate::data::{Masking, SubwordTokenizer, make_batch};
 use crate::error::TrainError;
 use crate::model::BertForMaskedLm;
 use crate::seed::{Stream, derive_seed};
@@ -54,7 +54,7 @@ pub const EVAL_MASKING: Masking = Masking::Token;
 pub fn evaluate(
     model: &BertForMaskedLm,
     sequences: &[Vec<u32>],
-    tokenizer: &WordPieceTokenizer,
+    tokenizer: &SubwordTokenizer,
     config: &TrainConfig,
     device: &Device,
 ) -> Result<EvalMetrics, TrainError> {

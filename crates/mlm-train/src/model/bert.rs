@@ -88,6 +88,39 @@ pub struct BertConfig {
     /// it cannot be combined with `sinusoidal_positions`.
     #[config(default = false)]
     pub local_attention_init: bool,
+    /// The Hugging Face family this model is a checkpoint of: its parameter names, its
+    /// `config.json` and its tokenizer's kind.
+    #[config(default = "ModelFamily::Bert")]
+    pub family: ModelFamily,
+    /// Row of the position table that a sequence's first token reads: 0 for BERT; RoBERTa's
+    /// `padding_idx + 1` (transformers' `create_position_ids_from_input_ids`: RoBERTa counts
+    /// positions from `pad_token_id + 1`, so its 514 rows hold sequences of 512). A sequence
+    /// may be up to `max_position_embeddings - position_offset` tokens long.
+    #[config(default = 0)]
+    pub position_offset: usize,
+}
+
+/// The Hugging Face model families this BERT computes exactly (`model_type` in
+/// `config.json`): the same post-LN encoder and tied MLM head, under other names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelFamily {
+    /// `BertForMaskedLM` (Devlin et al. 2019): WordPiece, positions from 0.
+    #[default]
+    Bert,
+    /// `RobertaForMaskedLM` (Liu et al. 2019): byte-level BPE, positions from
+    /// `padding_idx + 1`, one segment, `lm_head.*` names.
+    Roberta,
+}
+
+impl ModelFamily {
+    /// `model_type` in a Hugging Face `config.json`.
+    pub fn model_type(self) -> &'static str {
+        match self {
+            Self::Bert => "bert",
+            Self::Roberta => "roberta",
+        }
+    }
 }
 
 impl BertConfig {
@@ -134,9 +167,25 @@ impl BertConfig {
                 self.hidden_size.is_multiple_of(heads),
                 format!("is not divisible by num_attention_heads ({heads})"),
             ),
+            ConfigError::check(
+                "position_offset",
+                self.position_offset,
+                self.position_offset < self.max_position_embeddings,
+                format!(
+                    "leaves no row of the {} positions",
+                    self.max_position_embeddings
+                ),
+            ),
         ];
         // The first row that fails, in the table's order.
         positive.into_iter().chain(dropout).chain(rules).collect()
+    }
+
+    /// The longest sequence the position table holds: `max_position_embeddings −
+    /// position_offset` (512 for bert-base and roberta-base alike).
+    pub fn max_sequence_len(&self) -> usize {
+        self.max_position_embeddings
+            .saturating_sub(self.position_offset)
     }
 
     /// A model initialised from `seed` on the host, identically on every backend (BERT's
@@ -197,6 +246,7 @@ impl BertConfig {
                 token_type_embeddings: self.zero_embedding(self.type_vocab_size, device),
                 layer_norm: self.layer_norm(device),
                 layer_norm_eps: self.layer_norm_eps,
+                position_offset: self.position_offset,
                 dropout: DropoutConfig::new(self.hidden_dropout_prob).init(),
             },
             layers: (0..self.num_hidden_layers)
@@ -410,6 +460,8 @@ pub struct BertEmbeddings {
     pub layer_norm: LayerNorm,
     /// Its ε ([`BertConfig::layer_norm_eps`]; burn's `LayerNorm` keeps its own private).
     pub layer_norm_eps: f64,
+    /// The position row of a sequence's first token ([`BertConfig::position_offset`]).
+    pub position_offset: usize,
     /// Dropout after the LayerNorm.
     pub dropout: Dropout,
 }
@@ -418,7 +470,8 @@ impl BertEmbeddings {
     /// `input_ids`, `token_type_ids`: `[batch, seq]` → `[batch, seq, d_model]`.
     pub fn forward(&self, input_ids: Tensor<2, Int>, token_type_ids: Tensor<2, Int>) -> Tensor<3> {
         let [batch, seq] = input_ids.dims();
-        let position_ids = Tensor::arange(0..seq as i64, &input_ids.device())
+        let first = self.position_offset as i64;
+        let position_ids = Tensor::arange(first..first + seq as i64, &input_ids.device())
             .unsqueeze::<2>()
             .repeat_dim(0, batch);
         let sum = self.word_embeddings.forward(input_ids)

@@ -6,5 +6,6 @@ pub mod hf;
 
 pub use bert::{
     BertAttention, BertConfig, BertEmbeddings, BertForMaskedLm, BertLayer, BertResidual,
-    BertSelfAttention, evenly_spread_positions, neighbour_query_key, sinusoidal_positions,
+    BertSelfAttention, ModelFamily, evenly_spread_positions, neighbour_query_key,
+    sinusoidal_positions,
 };

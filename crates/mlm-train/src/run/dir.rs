@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use super::checkpoint::{self, RunState};
 use super::lock::RunLock;
 use crate::config::{DEFAULT_LOG_EVERY, TrainConfig, WeightDecayOn};
-use crate::data::{self, Masking, WordPieceTokenizer};
+use crate::data::{self, Masking, SubwordTokenizer};
 use crate::duration::human_duration;
 use crate::error::{ConfigError, TrainError};
 use crate::files::{io, read_json, write_json};
@@ -58,7 +58,7 @@ impl RunDir {
     pub fn prepare_data(
         &self,
         config: &TrainConfig,
-        tokenizer: Option<WordPieceTokenizer>,
+        tokenizer: Option<SubwordTokenizer>,
         fresh: bool,
     ) -> Result<(), TrainError> {
         let path = self.data();
@@ -109,6 +109,8 @@ impl RunDir {
             for flag in ["sinusoidal_positions", "local_attention_init"] {
                 model.entry(flag).or_insert(false.into());
             }
+            model.entry("family").or_insert("bert".into());
+            model.entry("position_offset").or_insert(0.into());
         }
         if let Some(config) = value.as_object_mut() {
             config.entry("world_size").or_insert(1.into());
@@ -190,7 +192,7 @@ pub struct ResumedRun {
     /// Its configuration, with the new `max_steps` or `time_budget_seconds` if one was given.
     pub config: TrainConfig,
     /// Its tokenizer.
-    pub tokenizer: WordPieceTokenizer,
+    pub tokenizer: SubwordTokenizer,
     /// The checkpoint folder to continue from.
     pub checkpoint: PathBuf,
     _lock: Option<RunLock>,
@@ -237,7 +239,7 @@ impl ResumedRun {
             )));
         }
         continue_to(&mut config, &done, path, max_steps, time_budget_seconds)?;
-        let tokenizer = WordPieceTokenizer::from_file(&dir.tokenizer())?;
+        let tokenizer = SubwordTokenizer::from_file(&dir.tokenizer())?;
         if tokenizer.vocab_size() != config.model.vocab_size {
             let reason = format!(
                 "has {} tokens, but config.json says vocab_size = {}",
@@ -343,7 +345,7 @@ fn no_checkpoint(e: TrainError, path: &Path) -> TrainError {
 pub fn write_imported(
     path: &Path,
     config: &TrainConfig,
-    tokenizer: &WordPieceTokenizer,
+    tokenizer: &SubwordTokenizer,
     model: &BertForMaskedLm,
 ) -> Result<(), TrainError> {
     let dir = RunDir(path.to_path_buf());

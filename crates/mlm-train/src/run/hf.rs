@@ -27,12 +27,8 @@ pub fn export_run(run_dir: &Path, out: &Path, device: &Device) -> Result<(), Tra
         )));
     }
     let run = TrainedRun::load(run_dir, device)?;
-    save_hf(&run.model, &run.config.model, run.tokenizer.pad_id, out)?;
-    save_tokenizer(
-        &run.tokenizer,
-        run.config.model.max_position_embeddings,
-        out,
-    )
+    save_hf(&run.model, &run.config.model, &run.tokenizer, out)?;
+    save_tokenizer(&run.tokenizer, run.config.model.max_sequence_len(), out)
 }
 
 /// Imports the Hugging Face `BertForMaskedLM` folder `hf_dir` as a new run directory
@@ -58,7 +54,7 @@ pub fn import_run(
     let mut config = TrainConfig::new(corpus)
         .with_vocab_size(pretrained.config.vocab_size)
         .with_model(pretrained.config.clone());
-    config.max_seq_len = config.max_seq_len.min(config.model.max_position_embeddings);
+    config.max_seq_len = config.max_seq_len.min(config.model.max_sequence_len());
     config.validate()?;
     write_imported(run_dir, &config, &pretrained.tokenizer, &model)?;
     Ok(config)

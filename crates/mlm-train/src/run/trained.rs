@@ -7,7 +7,7 @@ use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
 use crate::config::TrainConfig;
-use crate::data::{self, WordPieceTokenizer};
+use crate::data::{self, SubwordTokenizer};
 use crate::error::TrainError;
 use crate::eval::{EvalMetrics, evaluate};
 use crate::model::BertForMaskedLm;
@@ -28,7 +28,7 @@ pub struct TrainedRun {
     /// The run's configuration.
     pub config: TrainConfig,
     /// The run's tokenizer.
-    pub tokenizer: WordPieceTokenizer,
+    pub tokenizer: SubwordTokenizer,
     /// The model of the newest complete checkpoint.
     pub model: BertForMaskedLm,
     dir: RunDir,
@@ -43,7 +43,7 @@ impl TrainedRun {
     pub fn load(run_dir: &Path, device: &Device) -> Result<Self, TrainError> {
         let dir = RunDir(run_dir.to_path_buf());
         let config = dir.load_config()?;
-        let tokenizer = WordPieceTokenizer::from_file(&dir.tokenizer())?;
+        let tokenizer = SubwordTokenizer::from_file(&dir.tokenizer())?;
         let model = checkpoint::load_model(&checkpoint::latest(run_dir)?, &config.model, device)?;
         Ok(Self {
             config,
@@ -65,16 +65,18 @@ impl TrainedRun {
     ) -> Result<Vec<MaskPrediction>, TrainError> {
         let t = &self.tokenizer;
         let ids = t.wrap(&t.encode(text)?);
-        let max = self.config.model.max_position_embeddings;
+        let max = self.config.model.max_sequence_len();
         if ids.len() > max {
             return Err(TrainError::InvalidInput(format!(
-                "the text is {} tokens with [CLS] and [SEP], longer than the model's {max} positions",
+                "the text is {} tokens with its start and end tokens, longer than the model's \
+                 {max} positions",
                 ids.len()
             )));
         }
         let masks: Vec<usize> = (0..ids.len()).filter(|&i| ids[i] == t.mask_id).collect();
         if masks.is_empty() {
-            return Err(TrainError::InvalidInput(format!("no [MASK] in {text:?}")));
+            let mask = t.kind.special_tokens()[4];
+            return Err(TrainError::InvalidInput(format!("no {mask} in {text:?}")));
         }
         let seq = ids.len();
         let input: Vec<i64> = ids.iter().map(|&id| i64::from(id)).collect();

@@ -9,6 +9,7 @@
 //! masks. Each of those is a line here.
 
 pub mod distributed;
+mod fused_adamw;
 pub mod lr;
 pub mod memory;
 pub mod optimizer;

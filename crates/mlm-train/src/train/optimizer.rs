@@ -1,17 +1,33 @@
 //! The optimizer: AdamW with BERT's settings and decay on the matrices only.
 
 use burn::module::{Module, ModuleVisitor, Param, ParamGroup, ParamId};
-use burn::optim::{AdamWConfig, ModuleOptimizer};
+use burn::optim::ModuleOptimizer;
 use burn::tensor::Tensor;
 
+use super::fused_adamw::FusedAdamW;
 use crate::config::WeightDecayOn;
 
 /// The trainer's optimizer for `model`: AdamW with decoupled weight decay `weight_decay` and
 /// ε 1e-6 (BERT's, Devlin et al. 2019, Appendix A.2, as Hugging Face trains it). With
 /// [`WeightDecayOn::Matrices`] the parameters of one dimension (biases, LayerNorm's gain and
 /// bias) form a group of Burn's [`ParamGroup`] whose AdamW has no decay; the matrices keep the
-/// decaying one.
+/// decaying one. Each is [`FusedAdamW`]: Burn's AdamW, bit for bit, in one sweep per parameter
+/// on flex.
 pub(crate) fn adamw(model: &impl Module, weight_decay: f64, on: WeightDecayOn) -> ModuleOptimizer {
+    const EPSILON: f32 = 1e-6;
+    let optimizer = ModuleOptimizer::from(FusedAdamW::new(weight_decay as f32, EPSILON));
+    match on {
+        WeightDecayOn::All => optimizer,
+        WeightDecayOn::Matrices => {
+            let undecayed = FusedAdamW::new(0.0, EPSILON);
+            optimizer.with_group(vectors(model), undecayed, None)
+        }
+    }
+}
+
+/// The parameters of one dimension (biases, LayerNorm's gain and bias): BERT's and Hugging
+/// Face's undecayed group.
+pub(crate) fn vectors(model: &impl Module) -> ParamGroup {
     struct Vectors(Vec<ParamId>);
     impl ModuleVisitor for Vectors {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
@@ -20,23 +36,13 @@ pub(crate) fn adamw(model: &impl Module, weight_decay: f64, on: WeightDecayOn) -
             }
         }
     }
-    let config = AdamWConfig::new()
-        .with_weight_decay(weight_decay as f32)
-        .with_epsilon(1e-6);
-    let optimizer = config.init();
-    match on {
-        WeightDecayOn::All => optimizer,
-        WeightDecayOn::Matrices => {
-            let mut vectors = Vectors(Vec::new());
-            model.visit(&mut vectors);
-            let undecayed = config.with_weight_decay(0.0).build();
-            optimizer.with_group(ParamGroup::from_ids(vectors.0), undecayed, None)
-        }
-    }
+    let mut vectors = Vectors(Vec::new());
+    model.visit(&mut vectors);
+    ParamGroup::from_ids(vectors.0)
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use burn::optim::GradientsParams;
     use burn::tensor::{Device, Int, TensorData};
 
@@ -44,7 +50,7 @@ mod tests {
     use crate::model::{BertConfig, BertForMaskedLm};
 
     /// Every parameter's values with its number of dimensions, in module order.
-    fn parameters(model: &BertForMaskedLm) -> Vec<(usize, TensorData)> {
+    pub(crate) fn parameters(model: &BertForMaskedLm) -> Vec<(usize, TensorData)> {
         struct Collect(Vec<(usize, TensorData)>);
         impl ModuleVisitor for Collect {
             fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {

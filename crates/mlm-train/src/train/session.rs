@@ -13,7 +13,7 @@ use super::plan::{Next, last_step, plan};
 use super::progress::{self, Progress, RunEnd};
 use super::stop::{self, StopSignal};
 use super::trainer::{StepMetrics, StepOutput, Trainer};
-use crate::data::{self, BatchSchedule, WordPieceTokenizer};
+use crate::data::{self, BatchSchedule, SubwordTokenizer};
 use crate::error::{ConfigError, TrainError};
 use crate::eval::EvalMetrics;
 use crate::files::{io, write_json};
@@ -112,10 +112,7 @@ fn pretrained_weights(
 ) -> Result<BertForMaskedLm, TrainError> {
     let pretrained = Pretrained::read(dir)?;
     pretrained.check_architecture(&config.model)?;
-    let tokenizer = config
-        .tokenizer
-        .as_deref()
-        .map(WordPieceTokenizer::from_file);
+    let tokenizer = config.tokenizer.as_deref().map(SubwordTokenizer::from_file);
     let same = match tokenizer.transpose()? {
         Some(tokenizer) => tokenizer.vocab()? == pretrained.tokenizer.vocab()?,
         None => false,
@@ -156,7 +153,7 @@ fn start(
     let tokenizer = config
         .tokenizer
         .as_deref()
-        .map(WordPieceTokenizer::from_file)
+        .map(SubwordTokenizer::from_file)
         .transpose()?;
     // A folder of `--data` is only read: it is checked against `--tokenizer` once mapped.
     let given = config.data.is_some().then(|| tokenizer.clone()).flatten();
@@ -269,7 +266,7 @@ fn check_group(config: &TrainConfig, group: Option<&ProcessGroup>) -> Result<(),
 fn open_data(
     config: &TrainConfig,
     dir: &RunDir,
-    tokenizer: Option<WordPieceTokenizer>,
+    tokenizer: Option<SubwordTokenizer>,
     writes: bool,
     fresh: bool,
     group: Option<&ProcessGroup>,
@@ -300,7 +297,7 @@ fn open_data(
 /// `whose`).
 fn check_same_vocab(
     data: &data::DataFolder,
-    tokenizer: &WordPieceTokenizer,
+    tokenizer: &SubwordTokenizer,
     whose: &str,
 ) -> Result<(), TrainError> {
     let (theirs, ours) = (
@@ -383,7 +380,7 @@ fn run(
 /// the vocabulary. Each hash goes as four 16-bit pieces (`MpiSum::check_agreement`).
 fn start_facts(
     config: &TrainConfig,
-    tokenizer: &WordPieceTokenizer,
+    tokenizer: &SubwordTokenizer,
     n_sequences: usize,
     step: usize,
 ) -> Result<Vec<(String, f64)>, TrainError> {
@@ -428,7 +425,7 @@ struct Session<'a> {
     /// The unigram entropy (nats) and the most-frequent-token accuracy.
     baseline: (f64, f64),
     held_out: &'a [Vec<u32>],
-    tokenizer: &'a WordPieceTokenizer,
+    tokenizer: &'a SubwordTokenizer,
     config: &'a TrainConfig,
     dir: Option<&'a RunDir>,
 }

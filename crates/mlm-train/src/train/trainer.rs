@@ -27,7 +27,7 @@ use super::step::{ShardGradients, clip_global_norm, shard_gradients, sum_shards}
 use super::stop::{self, StopSignal};
 use super::sync::{GradientSync, Rank, SharedScalars, StepSums, StepTotals};
 use crate::config::TrainConfig;
-use crate::data::{WordPieceTokenizer, mask_shards, to_device};
+use crate::data::{SubwordTokenizer, mask_shards, to_device};
 use crate::error::TrainError;
 use crate::eval::{EvalMetrics, evaluate};
 use crate::model::BertForMaskedLm;
@@ -129,7 +129,7 @@ impl Trainer {
     /// [`BertConfig::init_seeded`]: crate::model::BertConfig::init_seeded
     pub fn new(
         config: &TrainConfig,
-        tokenizer: &WordPieceTokenizer,
+        tokenizer: &SubwordTokenizer,
         device: &Device,
     ) -> Result<Self, TrainError> {
         let model = config.model.init_seeded(config.seed, device);
@@ -147,7 +147,7 @@ impl Trainer {
     pub fn from_model(
         config: &TrainConfig,
         model: BertForMaskedLm,
-        tokenizer: &WordPieceTokenizer,
+        tokenizer: &SubwordTokenizer,
         device: &Device,
     ) -> Result<Self, TrainError> {
         let state = RunState {
@@ -435,7 +435,7 @@ impl Trainer {
     pub fn validate(
         &self,
         held_out: &[Vec<u32>],
-        tokenizer: &WordPieceTokenizer,
+        tokenizer: &SubwordTokenizer,
     ) -> Result<EvalMetrics, TrainError> {
         evaluate(
             &self.model.valid(),

@@ -4,20 +4,23 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::data::SubwordTokenizer;
 use crate::error::TrainError;
-use crate::model::BertConfig;
+use crate::model::{BertConfig, ModelFamily};
 
 /// The model configuration file of a Hugging Face folder.
 pub const CONFIG_FILE: &str = "config.json";
 
-/// Hugging Face's `BertConfig` as `config.json` holds it: the fields `BertForMaskedLM`
-/// reads, with transformers' defaults for absent ones; other fields are ignored.
+/// Hugging Face's `BertConfig` (or `RobertaConfig`, the same fields) as `config.json` holds
+/// it: the fields `BertForMaskedLM` and `RobertaForMaskedLM` read, with transformers' BERT
+/// defaults for absent ones; other fields are ignored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct HfBertConfig {
-    /// Must be `"bert"`.
+    /// `"bert"` or `"roberta"` ([`ModelFamily`]).
     pub model_type: String,
-    /// The model classes the checkpoint is for; export writes `["BertForMaskedLM"]`.
+    /// The model classes the checkpoint is for; export writes `["BertForMaskedLM"]` or
+    /// `["RobertaForMaskedLM"]`.
     pub architectures: Vec<String>,
     /// Number of tokens in the vocabulary.
     pub vocab_size: usize,
@@ -47,8 +50,12 @@ pub struct HfBertConfig {
     pub position_embedding_type: String,
     /// Must be `true`: the decoder is the word-embedding matrix.
     pub tie_word_embeddings: bool,
-    /// Id of the padding token.
+    /// Id of the padding token; RoBERTa's positions start after it.
     pub pad_token_id: Option<u32>,
+    /// Id of the start token (RoBERTa's `<s>`).
+    pub bos_token_id: Option<u32>,
+    /// Id of the end token (RoBERTa's `</s>`).
+    pub eos_token_id: Option<u32>,
     /// Must be `false`: a decoder attends causally, this encoder does not.
     pub is_decoder: bool,
 }
@@ -74,16 +81,26 @@ impl Default for HfBertConfig {
             position_embedding_type: "absolute".into(),
             tie_word_embeddings: true,
             pad_token_id: Some(0),
+            bos_token_id: None,
+            eos_token_id: None,
             is_decoder: false,
         }
     }
 }
 
 impl HfBertConfig {
-    /// The `config.json` transformers needs to load a model of `config` as `BertForMaskedLM`.
-    pub fn from_bert(config: &BertConfig, pad_token_id: u32) -> Self {
+    /// The `config.json` transformers needs to load a model of `config` as its family's
+    /// masked LM (`BertForMaskedLM`, `RobertaForMaskedLM`, with the start and end ids), with
+    /// `tokenizer`'s special ids.
+    pub fn from_bert(config: &BertConfig, tokenizer: &SubwordTokenizer) -> Self {
+        let roberta = config.family == ModelFamily::Roberta;
+        let class = match config.family {
+            ModelFamily::Bert => "BertForMaskedLM",
+            ModelFamily::Roberta => "RobertaForMaskedLM",
+        };
         Self {
-            architectures: vec!["BertForMaskedLM".into()],
+            model_type: config.family.model_type().into(),
+            architectures: vec![class.into()],
             vocab_size: config.vocab_size,
             hidden_size: config.hidden_size,
             num_hidden_layers: config.num_hidden_layers,
@@ -95,7 +112,9 @@ impl HfBertConfig {
             type_vocab_size: config.type_vocab_size,
             initializer_range: config.initializer_range,
             layer_norm_eps: config.layer_norm_eps,
-            pad_token_id: Some(pad_token_id),
+            pad_token_id: Some(tokenizer.pad_id),
+            bos_token_id: roberta.then_some(tokenizer.cls_id),
+            eos_token_id: roberta.then_some(tokenizer.sep_id),
             ..Self::default()
         }
     }
@@ -103,8 +122,9 @@ impl HfBertConfig {
     /// Our [`BertConfig`] for this configuration.
     ///
     /// # Errors
-    /// [`TrainError::HfConfig`] naming `path` and the field if the model is not a BERT this
-    /// crate computes exactly: another `model_type`, `hidden_act` other than `"gelu"`,
+    /// [`TrainError::HfConfig`] naming `path` and the field if the model is not one this
+    /// crate computes exactly: a `model_type` other than `bert` or `roberta`, `hidden_act`
+    /// other than `"gelu"`,
     /// `position_embedding_type` other than `"absolute"`, a causal decoder, an untied decoder,
     /// or sizes that [`BertConfig::validate`] rejects.
     pub fn to_bert(&self, path: &Path) -> Result<BertConfig, TrainError> {
@@ -114,9 +134,16 @@ impl HfBertConfig {
                 reason: format!("{field} = {value:?} is not supported (only {supported})"),
             })
         };
-        if self.model_type != "bert" {
-            return unsupported("model_type", &self.model_type, "\"bert\"");
-        }
+        let family = match self.model_type.as_str() {
+            "bert" => ModelFamily::Bert,
+            "roberta" => ModelFamily::Roberta,
+            _ => return unsupported("model_type", &self.model_type, "\"bert\" or \"roberta\""),
+        };
+        // transformers' `create_position_ids_from_input_ids`: RoBERTa counts from padding_idx + 1.
+        let position_offset = match family {
+            ModelFamily::Bert => 0,
+            ModelFamily::Roberta => self.pad_token_id.unwrap_or(1) as usize + 1,
+        };
         if self.hidden_act != "gelu" {
             return unsupported("hidden_act", &self.hidden_act, "\"gelu\", the erf form");
         }
@@ -151,7 +178,9 @@ impl HfBertConfig {
             .with_layer_norm_eps(self.layer_norm_eps)
             .with_hidden_dropout_prob(self.hidden_dropout_prob)
             .with_attention_probs_dropout_prob(self.attention_probs_dropout_prob)
-            .with_initializer_range(self.initializer_range);
+            .with_initializer_range(self.initializer_range)
+            .with_family(family)
+            .with_position_offset(position_offset);
         config.validate().map_err(|e| TrainError::HfConfig {
             path: path.to_path_buf(),
             reason: e.to_string(),
@@ -172,7 +201,7 @@ mod tests {
         for (field, value) in [
             ("hidden_act", json!("relu")),
             ("position_embedding_type", json!("relative_key")),
-            ("model_type", json!("roberta")),
+            ("model_type", json!("distilbert")),
             ("tie_word_embeddings", json!(false)),
             ("is_decoder", json!(true)),
             ("num_attention_heads", json!(5)),

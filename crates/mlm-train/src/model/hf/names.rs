@@ -1,6 +1,70 @@
 //! The table of names: every parameter's Hugging Face key, Burn path and PyTorch shape.
 
-use crate::model::BertConfig;
+use crate::model::{BertConfig, ModelFamily};
+
+/// The Hugging Face names of one family's parameters outside the encoder layers' shared
+/// pattern.
+struct FamilyKeys {
+    /// The encoder's prefix: `bert`, `roberta`.
+    base: &'static str,
+    /// The MLM head's transform dense layer.
+    dense: &'static str,
+    /// The MLM head's transform LayerNorm.
+    layer_norm: &'static str,
+    /// The MLM head's output bias.
+    bias: &'static str,
+    /// The tied decoder's weight and bias, which a file may store as copies.
+    decoder: &'static str,
+}
+
+/// `modeling_bert.py`'s `BertForMaskedLM` and `modeling_roberta.py`'s `RobertaForMaskedLM`.
+fn family_keys(family: ModelFamily) -> FamilyKeys {
+    match family {
+        ModelFamily::Bert => FamilyKeys {
+            base: "bert",
+            dense: "cls.predictions.transform.dense",
+            layer_norm: "cls.predictions.transform.LayerNorm",
+            bias: "cls.predictions.bias",
+            decoder: "cls.predictions.decoder",
+        },
+        ModelFamily::Roberta => FamilyKeys {
+            base: "roberta",
+            dense: "lm_head.dense",
+            layer_norm: "lm_head.layer_norm",
+            bias: "lm_head.bias",
+            decoder: "lm_head.decoder",
+        },
+    }
+}
+
+/// Keys (prefixes) of a `family` checkpoint that a masked-LM model does not use: the pooler
+/// and next-sentence head of a pretraining checkpoint, and the buffers of position and
+/// segment ids.
+pub fn ignored_prefixes(family: ModelFamily) -> Vec<String> {
+    let base = family_keys(family).base;
+    [
+        "pooler.",
+        "embeddings.position_ids",
+        "embeddings.token_type_ids",
+    ]
+    .iter()
+    .map(|key| format!("{base}.{key}"))
+    .chain(["cls.seq_relationship.".to_string()])
+    .collect()
+}
+
+/// The tied copies a `family` checkpoint may store (the decoder's weight and bias), each
+/// with the key it is tied to.
+pub fn tied_copies(family: ModelFamily) -> [(String, String); 2] {
+    let keys = family_keys(family);
+    [
+        (
+            format!("{}.weight", keys.decoder),
+            format!("{}.embeddings.word_embeddings.weight", keys.base),
+        ),
+        (format!("{}.bias", keys.decoder), keys.bias.to_string()),
+    ]
+}
 
 /// One parameter in both namings.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,8 +133,8 @@ impl Table {
 
     /// Encoder layer `i`: self-attention (query, key, value, output), its LayerNorm, the
     /// feed-forward of width `ff` and its LayerNorm.
-    fn encoder_layer(&mut self, i: usize, d: usize, ff: usize) {
-        let hf = format!("bert.encoder.layer.{i}");
+    fn encoder_layer(&mut self, base: &str, i: usize, d: usize, ff: usize) {
+        let hf = format!("{base}.encoder.layer.{i}");
         let ours = format!("layers.{i}");
         for projection in ["query", "key", "value"] {
             self.linear(
@@ -111,15 +175,17 @@ impl Table {
     }
 }
 
-/// Every parameter of a [`BertForMaskedLm`](crate::model::BertForMaskedLm) of `config`'s sizes, with its Hugging Face
-/// `BertForMaskedLM` key: embeddings, each layer, the head (source: transformers'
-/// `modeling_bert.py`; the tied decoder is not a parameter of its own).
+/// Every parameter of a [`BertForMaskedLm`](crate::model::BertForMaskedLm) of `config`'s
+/// sizes, with its key in `config.family`'s checkpoint (`BertForMaskedLM`,
+/// `RobertaForMaskedLM`): embeddings, each layer, the head (source: transformers'
+/// `modeling_bert.py`, `modeling_roberta.py`; the tied decoder is not a parameter of its own).
 pub fn names(config: &BertConfig) -> Vec<HfName> {
     let (v, d, ff) = (
         config.vocab_size,
         config.hidden_size,
         config.intermediate_size,
     );
+    let keys = family_keys(config.family);
     let mut t = Table::default();
     for (name, rows) in [
         ("word_embeddings", v),
@@ -127,27 +193,19 @@ pub fn names(config: &BertConfig) -> Vec<HfName> {
         ("token_type_embeddings", config.type_vocab_size),
     ] {
         t.tensor(
-            &format!("bert.embeddings.{name}.weight"),
+            &format!("{}.embeddings.{name}.weight", keys.base),
             &format!("embeddings.{name}.weight"),
             &[rows, d],
             false,
         );
     }
-    t.layer_norm("bert.embeddings.LayerNorm", "embeddings.layer_norm", d);
+    let embeddings_norm = format!("{}.embeddings.LayerNorm", keys.base);
+    t.layer_norm(&embeddings_norm, "embeddings.layer_norm", d);
     for i in 0..config.num_hidden_layers {
-        t.encoder_layer(i, d, ff);
+        t.encoder_layer(keys.base, i, d, ff);
     }
-    t.linear(
-        "cls.predictions.transform.dense",
-        "head.transform.dense",
-        d,
-        d,
-    );
-    t.layer_norm(
-        "cls.predictions.transform.LayerNorm",
-        "head.transform.layer_norm",
-        d,
-    );
-    t.tensor("cls.predictions.bias", "head.bias", &[v], false);
+    t.linear(keys.dense, "head.transform.dense", d, d);
+    t.layer_norm(keys.layer_norm, "head.transform.layer_norm", d);
+    t.tensor(keys.bias, "head.bias", &[v], false);
     t.0
 }

@@ -1,4 +1,4 @@
-//! A Hugging Face `BertForMaskedLM` folder to start from (`train --init-from`, `import-hf`):
+//! A Hugging Face `BertForMaskedLM` or `RobertaForMaskedLM` folder to start from (`train --init-from`, `import-hf`):
 //! its configuration, tokenizer and weights, each checked against the others before a run
 //! is written.
 
@@ -9,10 +9,10 @@ use burn::tensor::Device;
 use super::config::{CONFIG_FILE, HfBertConfig};
 use super::safetensors::load_hf;
 use super::tokenizer::tokenizer_file;
-use crate::data::WordPieceTokenizer;
+use crate::data::{SubwordTokenizer, TokenizerKind};
 use crate::error::TrainError;
 use crate::files::read_json;
-use crate::model::{BertConfig, BertForMaskedLm};
+use crate::model::{BertConfig, BertForMaskedLm, ModelFamily};
 
 /// A pretrained checkpoint folder whose `config.json` and tokenizer agree: continued
 /// pretraining (Gururangan et al. 2020, "Don't Stop Pretraining", §3) starts from it, as
@@ -26,7 +26,7 @@ pub struct Pretrained {
     /// Its tokenizer file: `tokenizer.json`, else `vocab.txt`.
     pub tokenizer_file: PathBuf,
     /// That tokenizer.
-    pub tokenizer: WordPieceTokenizer,
+    pub tokenizer: SubwordTokenizer,
 }
 
 impl Pretrained {
@@ -37,7 +37,8 @@ impl Pretrained {
     /// [`TrainError::HfConfig`] for a folder with no `config.json`, an unsupported
     /// architecture ([`HfBertConfig::to_bert`]), or a tokenizer whose vocabulary size is not
     /// the embedding's rows; [`TrainError::Tokenizer`] for a missing tokenizer, one that is
-    /// not WordPiece, or one without BERT's special tokens (`[MASK]` among them).
+    /// neither WordPiece nor byte-level BPE or not of the model's family (WordPiece for BERT,
+    /// byte-level BPE for RoBERTa), or one without its special tokens (`[MASK]`, `<mask>`).
     pub fn read(dir: &Path) -> Result<Self, TrainError> {
         let path = dir.join(CONFIG_FILE);
         if !path.is_file() {
@@ -48,7 +49,22 @@ impl Pretrained {
         }
         let config = read_json::<HfBertConfig>(&path)?.to_bert(&path)?;
         let tokenizer_file = tokenizer_file(dir)?;
-        let tokenizer = WordPieceTokenizer::from_file(&tokenizer_file)?;
+        let tokenizer = SubwordTokenizer::from_file(&tokenizer_file)?;
+        let kind = match config.family {
+            ModelFamily::Bert => TokenizerKind::WordPiece,
+            ModelFamily::Roberta => TokenizerKind::ByteLevelBpe,
+        };
+        if tokenizer.kind != kind {
+            return Err(TrainError::Tokenizer {
+                path: tokenizer_file,
+                reason: format!(
+                    "is {}, but a {} model reads {} ids",
+                    tokenizer.kind.name(),
+                    config.family.model_type(),
+                    kind.name()
+                ),
+            });
+        }
         if tokenizer.vocab_size() != config.vocab_size {
             return Err(TrainError::HfConfig {
                 path,

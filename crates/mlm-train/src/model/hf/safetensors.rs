@@ -2,11 +2,12 @@
 //! Hugging Face's keys.
 //!
 //! Nothing is half-loaded: the whole file is parsed and checked into host memory before a
-//! model is built. The decoder is tied to `bert.embeddings.word_embeddings.weight` and not
-//! written (as transformers writes a tied checkpoint); a file may hold the tied copies
-//! `cls.predictions.decoder.{weight,bias}`, but they must then equal what they are tied to,
-//! bit for bit. `bert.pooler.*`, `cls.seq_relationship.*` (from `BertForPreTraining`) and the
-//! `bert.embeddings.position_ids` buffer are skipped.
+//! model is built. The decoder is tied to the word embeddings and not written (as
+//! transformers writes a tied checkpoint); a file may hold the tied copies
+//! (`cls.predictions.decoder.{weight,bias}`, RoBERTa's `lm_head.decoder.{weight,bias}`), but
+//! they must then equal what they are tied to, bit for bit. The pooler, the next-sentence head
+//! of `BertForPreTraining` and the position and segment id buffers are skipped
+//! ([`ignored_prefixes`]).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -18,29 +19,14 @@ use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 
 use super::config::{CONFIG_FILE, HfBertConfig};
-use super::names::{HfName, names};
+use super::names::{HfName, ignored_prefixes, names, tied_copies};
+use crate::data::SubwordTokenizer;
 use crate::error::TrainError;
 use crate::files::{io, read_json, write_atomic, write_json};
-use crate::model::{BertConfig, BertForMaskedLm};
+use crate::model::{BertConfig, BertForMaskedLm, ModelFamily};
 
 /// The weights file of a Hugging Face folder.
 pub const WEIGHTS_FILE: &str = "model.safetensors";
-
-/// Keys (prefixes) of a Hugging Face BERT checkpoint that a masked-LM model does not use.
-const IGNORED_PREFIXES: [&str; 3] = [
-    "bert.pooler.",
-    "cls.seq_relationship.",
-    "bert.embeddings.position_ids",
-];
-
-/// Tied copies transformers may store, each with the key it is tied to.
-const TIED_COPIES: [(&str, &str); 2] = [
-    (
-        "cls.predictions.decoder.weight",
-        "bert.embeddings.word_embeddings.weight",
-    ),
-    ("cls.predictions.decoder.bias", "cls.predictions.bias"),
-];
 
 /// `[rows, cols]` row-major → `[cols, rows]` row-major.
 fn transpose(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
@@ -134,7 +120,11 @@ fn read_f32(
 /// Reads and checks the whole weights file against `names`: every key present, F32, of
 /// its shape; tied copies equal to what they are tied to; no key this model has no place
 /// for. Returns each parameter in Burn's layout, keyed by its Burn path.
-fn read_weights(path: &Path, names: &[HfName]) -> Result<HashMap<String, TensorData>, TrainError> {
+fn read_weights(
+    path: &Path,
+    names: &[HfName],
+    family: ModelFamily,
+) -> Result<HashMap<String, TensorData>, TrainError> {
     let bytes = std::fs::read(path).map_err(io(path))?;
     let file = SafeTensors::deserialize(&bytes).map_err(|e| TrainError::HfFormat {
         path: path.to_path_buf(),
@@ -147,10 +137,11 @@ fn read_weights(path: &Path, names: &[HfName]) -> Result<HashMap<String, TensorD
             read_f32(path, &file, &name.hf_key, &name.shape)?,
         );
     }
+    let (ignored, tied) = (ignored_prefixes(family), tied_copies(family));
     let mut keys = file.names();
     keys.sort_unstable();
     for key in keys {
-        if values.contains_key(key) || IGNORED_PREFIXES.iter().any(|p| key.starts_with(p)) {
+        if values.contains_key(key) || ignored.iter().any(|p| key.starts_with(p.as_str())) {
             continue;
         }
         let unexpected = |reason: String| TrainError::HfTensorUnexpected {
@@ -158,15 +149,16 @@ fn read_weights(path: &Path, names: &[HfName]) -> Result<HashMap<String, TensorD
             key: key.into(),
             reason,
         };
-        let Some((_, tied_to)) = TIED_COPIES.iter().find(|(copy, _)| *copy == key) else {
-            return Err(unexpected(
-                "not a parameter of a BertForMaskedLM of this config.json's sizes".into(),
-            ));
+        let Some((_, tied_to)) = tied.iter().find(|(copy, _)| copy == key) else {
+            return Err(unexpected(format!(
+                "not a parameter of a {} masked LM of this config.json's sizes",
+                family.model_type()
+            )));
         };
-        let original = &values[tied_to];
+        let original = &values[tied_to.as_str()];
         let shape = &names
             .iter()
-            .find(|name| name.hf_key == *tied_to)
+            .find(|name| name.hf_key == **tied_to)
             .expect("tied keys are in the table")
             .shape;
         let copy = read_f32(path, &file, key, shape)?;
@@ -199,8 +191,8 @@ fn read_weights(path: &Path, names: &[HfName]) -> Result<HashMap<String, TensorD
         .collect())
 }
 
-/// Loads a Hugging Face `BertForMaskedLM` folder (`config.json`, `model.safetensors` of
-/// F32 tensors) into our model, with its configuration.
+/// Loads a Hugging Face `BertForMaskedLM` or `RobertaForMaskedLM` folder (`config.json`,
+/// `model.safetensors` of F32 tensors) into our model, with its configuration.
 ///
 /// # Errors
 /// [`TrainError::Io`] / [`TrainError::Json`] for an unreadable file; [`TrainError::HfConfig`]
@@ -212,7 +204,7 @@ pub fn load_hf(dir: &Path, device: &Device) -> Result<(BertConfig, BertForMasked
     let config_path = dir.join(CONFIG_FILE);
     let hf: HfBertConfig = read_json(&config_path)?;
     let config = hf.to_bert(&config_path)?;
-    let tensors = read_weights(&dir.join(WEIGHTS_FILE), &names(&config))?;
+    let tensors = read_weights(&dir.join(WEIGHTS_FILE), &names(&config), config.family)?;
     let mut assign = ByPath {
         path: Vec::new(),
         tensors,
@@ -221,7 +213,8 @@ pub fn load_hf(dir: &Path, device: &Device) -> Result<(BertConfig, BertForMasked
     Ok((config, model))
 }
 
-/// Writes `model` as a Hugging Face `BertForMaskedLM` folder: `config.json` and
+/// Writes `model` as a Hugging Face folder of its family (`BertForMaskedLM`,
+/// `RobertaForMaskedLM`): `config.json` with `tokenizer`'s special ids, and
 /// `model.safetensors` (F32, Hugging Face keys, the tied decoder not stored).
 ///
 /// # Errors
@@ -229,7 +222,7 @@ pub fn load_hf(dir: &Path, device: &Device) -> Result<(BertConfig, BertForMasked
 pub fn save_hf(
     model: &BertForMaskedLm,
     config: &BertConfig,
-    pad_token_id: u32,
+    tokenizer: &SubwordTokenizer,
     dir: &Path,
 ) -> Result<(), TrainError> {
     std::fs::create_dir_all(dir).map_err(io(dir))?;
@@ -273,7 +266,7 @@ pub fn save_hf(
     write_atomic(&path, &bytes)?;
     write_json(
         &dir.join(CONFIG_FILE),
-        &HfBertConfig::from_bert(config, pad_token_id),
+        &HfBertConfig::from_bert(config, tokenizer),
     )
 }
 

@@ -4,33 +4,47 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use crate::data::{SPECIAL_TOKENS, WordPieceTokenizer};
+use crate::data::{SubwordTokenizer, TokenizerKind};
 use crate::error::TrainError;
 use crate::files::{write_atomic, write_json};
 
 /// Writes the tokenizer as transformers reads it: `tokenizer.json` (fast tokenizer),
-/// `vocab.txt` (one token per line, in id order), `tokenizer_config.json` and
-/// `special_tokens_map.json`.
+/// `tokenizer_config.json` and `special_tokens_map.json`; for WordPiece also `vocab.txt`
+/// (one token per line, in id order), for byte-level BPE RoBERTa's roles (`bos_token`,
+/// `eos_token`).
 ///
 /// # Errors
 /// [`TrainError::Tokenizer`] if the vocabulary cannot be listed; [`TrainError::Io`] /
 /// [`TrainError::Json`] naming the file that could not be written.
 pub fn save_tokenizer(
-    tokenizer: &WordPieceTokenizer,
+    tokenizer: &SubwordTokenizer,
     model_max_length: usize,
     dir: &Path,
 ) -> Result<(), TrainError> {
     tokenizer.save(&dir.join("tokenizer.json"))?;
-    let mut vocab = tokenizer.vocab()?.join("\n");
-    vocab.push('\n');
-    write_atomic(&dir.join("vocab.txt"), vocab.as_bytes())?;
-    let [pad, unk, cls, sep, mask] = SPECIAL_TOKENS;
+    let [pad, unk, cls, sep, mask] = tokenizer.kind.special_tokens();
     let mut specials = json!({
         "pad_token": pad, "unk_token": unk, "cls_token": cls, "sep_token": sep, "mask_token": mask,
     });
+    let class = match tokenizer.kind {
+        TokenizerKind::WordPiece => {
+            let mut vocab = tokenizer.vocab()?.join("\n");
+            vocab.push('\n');
+            write_atomic(&dir.join("vocab.txt"), vocab.as_bytes())?;
+            "BertTokenizer"
+        }
+        TokenizerKind::ByteLevelBpe => {
+            specials["bos_token"] = json!(cls);
+            specials["eos_token"] = json!(sep);
+            "RobertaTokenizer"
+        }
+    };
     write_json(&dir.join("special_tokens_map.json"), &specials)?;
-    specials["tokenizer_class"] = json!("BertTokenizer");
-    specials["do_lower_case"] = json!(true);
+    specials["tokenizer_class"] = json!(class);
+    match tokenizer.kind {
+        TokenizerKind::WordPiece => specials["do_lower_case"] = json!(true),
+        TokenizerKind::ByteLevelBpe => specials["add_prefix_space"] = json!(false),
+    }
     specials["model_max_length"] = json!(model_max_length);
     write_json(&dir.join("tokenizer_config.json"), &specials)
 }
