@@ -70,7 +70,7 @@ pub fn train_with(
         Some(dir) => {
             let model = pretrained_weights(&config, dir, device)?;
             config.init_from = Some(std::fs::canonicalize(dir).map_err(io(dir))?);
-            Weights::Pretrained(model)
+            Weights::Pretrained(Box::new(model))
         }
         None => Weights::Seeded,
     };
@@ -133,7 +133,7 @@ enum Weights {
     /// [`BertConfig::init_seeded`](crate::model::BertConfig::init_seeded) from the run's seed.
     Seeded,
     /// A pretrained checkpoint's ([`TrainConfig::init_from`]), with fresh optimizer state.
-    Pretrained(BertForMaskedLm),
+    Pretrained(Box<BertForMaskedLm>),
     /// The run's own checkpoint folder, optimizer state and step included (a resume).
     Checkpoint(PathBuf),
 }
@@ -336,7 +336,7 @@ fn run(
     let held_out = data.held_out.first(config.max_eval_sequences);
     let mut trainer = match weights {
         Weights::Seeded => Trainer::new(config, tokenizer, device)?,
-        Weights::Pretrained(model) => Trainer::from_model(config, model, tokenizer, device)?,
+        Weights::Pretrained(model) => Trainer::from_model(config, *model, tokenizer, device)?,
         Weights::Checkpoint(from) => {
             Trainer::new(config, tokenizer, device)?.load_checkpoint(&from)?
         }
