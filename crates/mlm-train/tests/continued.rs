@@ -509,3 +509,49 @@ fn a_checkpoint_that_does_not_fit_is_refused_in_one_line_before_anything_is_writ
         assert!(!run.exists(), "{what}: left {}", run.display());
     }
 }
+
+#[test]
+fn a_roberta_folder_with_vocab_json_and_merges_txt_reads_as_its_tokenizer_json() {
+    let tmp = tempfile::tempdir().unwrap();
+    let files = tmp.path().join("roberta");
+    std::fs::create_dir_all(&files).unwrap();
+    for name in ["config.json", "model.safetensors"] {
+        std::fs::copy(fixture().join("roberta").join(name), files.join(name)).unwrap();
+    }
+    let json: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture().join("roberta/tokenizer.json")).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(files.join("vocab.json"), json["model"]["vocab"].to_string()).unwrap();
+    let merges: Vec<String> = json["model"]["merges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|pair| {
+            format!(
+                "{} {}",
+                pair[0].as_str().unwrap(),
+                pair[1].as_str().unwrap()
+            )
+        })
+        .collect();
+    let merges = format!("#version: 0.2\n{}\n", merges.join("\n"));
+    std::fs::write(files.join("merges.txt"), merges).unwrap();
+
+    let (theirs, ours) = (
+        Pretrained::read(&fixture().join("roberta")).unwrap(),
+        Pretrained::read(&files).unwrap(),
+    );
+    assert_eq!(ours.tokenizer_file, files.join("vocab.json"));
+    assert_eq!(
+        ours.tokenizer.vocab().unwrap(),
+        theirs.tokenizer.vocab().unwrap()
+    );
+    let text = std::fs::read_to_string(fixture().join("paragraphs.txt")).unwrap();
+    let (a, b) = (&theirs.tokenizer, &ours.tokenizer);
+    assert_eq!(a.encode(&text).unwrap(), b.encode(&text).unwrap());
+    assert_eq!(
+        (a.cls_id, a.sep_id, a.pad_id, a.mask_id, &a.special_ids),
+        (b.cls_id, b.sep_id, b.pad_id, b.mask_id, &b.special_ids)
+    );
+}

@@ -75,8 +75,9 @@ pub(crate) enum Command {
         #[arg(long, value_enum, default_value = "flex")]
         backend: BackendKind,
     },
-    /// Import a Hugging Face BertForMaskedLM folder (config.json, model.safetensors,
-    /// tokenizer.json or vocab.txt) as a run directory that predict and eval read.
+    /// Import a Hugging Face BertForMaskedLM or RobertaForMaskedLM folder (config.json,
+    /// model.safetensors, its tokenizer) as a run directory that predict and eval read
+    /// (train from it with `train --init-from`).
     ImportHf {
         /// The Hugging Face folder.
         dir: PathBuf,
@@ -90,8 +91,9 @@ pub(crate) enum Command {
         #[arg(long, value_enum, default_value = "flex")]
         backend: BackendKind,
     },
-    /// Export the newest checkpoint of a run as a Hugging Face BertForMaskedLM folder
-    /// (config.json, model.safetensors, tokenizer.json, vocab.txt, tokenizer_config.json).
+    /// Export the newest checkpoint of a run as a Hugging Face folder of its family,
+    /// BertForMaskedLM or RobertaForMaskedLM (config.json, model.safetensors, tokenizer.json,
+    /// BERT's vocab.txt, tokenizer_config.json).
     ExportHf {
         /// The run directory.
         #[arg(long)]
@@ -205,8 +207,9 @@ pub(crate) struct TrainArgs {
     /// sequences of up to --max-seq-len tokens (run_mlm.py's --line_by_line).
     #[arg(long, conflicts_with = "resume")]
     pub(crate) line_by_line: bool,
-    /// Continue pretraining a Hugging Face BertForMaskedLM folder (config.json,
-    /// model.safetensors, tokenizer.json or vocab.txt; run_mlm.py's --model_name_or_path):
+    /// Continue pretraining a Hugging Face BertForMaskedLM or RobertaForMaskedLM folder
+    /// (config.json, model.safetensors, tokenizer.json, or BERT's vocab.txt, or RoBERTa's
+    /// vocab.json + merges.txt; run_mlm.py's --model_name_or_path):
     /// its weights, model and tokenizer, with fresh optimizer state and this run's schedule.
     /// Its held-out loss before training is logged as step 0.
     #[arg(long, value_name = "HF_DIR", conflicts_with_all = [

@@ -116,8 +116,9 @@ fn predict(
 ) -> Result<u8, TrainError> {
     let device = backend.plain_device()?;
     let trained = TrainedRun::load(run, &device)?;
+    let mask = trained.tokenizer.kind.special_tokens()[4];
     for prediction in trained.fill_mask(text, top_k.get(), &device)? {
-        println!("[MASK] at token {}:", prediction.position);
+        println!("{mask} at token {}:", prediction.position);
         for (token, p) in prediction.candidates {
             println!("  {token:<16} {p:.4}");
         }

@@ -418,11 +418,21 @@ impl SubwordTokenizer {
         sequence
     }
 
-    /// The token string of `id` (`[UNK]` for an unknown id).
+    /// The token of `id` as a reader sees it: WordPiece's token string (`##s` included), or
+    /// a byte-level BPE token decoded to its text (`Ġof` is ` of`, as transformers' fill-mask
+    /// shows it); the unknown token for an unknown id.
     pub fn token(&self, id: u32) -> String {
-        self.inner
-            .id_to_token(id)
-            .unwrap_or_else(|| self.kind.special_tokens()[1].to_string())
+        let unknown = || self.kind.special_tokens()[1].to_string();
+        match self.kind {
+            TokenizerKind::WordPiece => self.inner.id_to_token(id).unwrap_or_else(unknown),
+            TokenizerKind::ByteLevelBpe => match self.inner.id_to_token(id) {
+                Some(_) => self
+                    .inner
+                    .decode(&[id], false)
+                    .unwrap_or_else(|_| unknown()),
+                None => unknown(),
+            },
+        }
     }
 }
 

@@ -159,7 +159,11 @@ fn start(
     let given = config.data.is_some().then(|| tokenizer.clone()).flatten();
     let data = open_data(config, dir, tokenizer, writes, true, group)?;
     if let Some(tokenizer) = &given {
-        check_same_vocab(&data, tokenizer, "--tokenizer")?;
+        let whose = match config.init_from {
+            Some(_) => "the --init-from checkpoint's tokenizer",
+            None => "--tokenizer",
+        };
+        check_same_vocab(&data, tokenizer, whose)?;
     }
     config.adopt_data(&data.path, &data.manifest)?;
     config.resolve(Some(&data.tokenizer));

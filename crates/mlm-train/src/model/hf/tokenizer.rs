@@ -49,17 +49,20 @@ pub fn save_tokenizer(
     write_json(&dir.join("tokenizer_config.json"), &specials)
 }
 
-/// The tokenizer file of a Hugging Face folder: its `tokenizer.json`, else its `vocab.txt`.
+/// The tokenizer file of a Hugging Face folder: its `tokenizer.json`, else BERT's
+/// `vocab.txt`, else RoBERTa's `vocab.json` (read with the `merges.txt` beside it).
 ///
 /// # Errors
-/// [`TrainError::Tokenizer`] if the folder has neither.
+/// [`TrainError::Tokenizer`] if the folder has none of them.
 pub fn tokenizer_file(dir: &Path) -> Result<PathBuf, TrainError> {
-    ["tokenizer.json", "vocab.txt"]
+    ["tokenizer.json", "vocab.txt", "vocab.json"]
         .iter()
         .map(|name| dir.join(name))
         .find(|path| path.is_file())
         .ok_or_else(|| TrainError::Tokenizer {
             path: dir.to_path_buf(),
-            reason: "holds neither tokenizer.json nor vocab.txt; a run needs its tokenizer".into(),
+            reason: "holds no tokenizer.json, vocab.txt (BERT) nor vocab.json + merges.txt \
+                     (RoBERTa); a run needs its tokenizer"
+                .into(),
         })
 }
