@@ -99,8 +99,7 @@ pub fn train_with(
 }
 
 /// The weights of `config.init_from`'s checkpoint `dir`, once its architecture and tokenizer
-/// are checked to be the run's; `init_from` is made absolute, so the run resumes from any
-/// directory.
+/// are checked to be the run's.
 ///
 /// # Errors
 /// Those of [`Pretrained::read`] and [`Pretrained::load_model`]; [`TrainError::HfConfig`]
