@@ -202,13 +202,12 @@ impl Coefficients {
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer};
-    use burn::tensor::{Int, TensorData};
+    use burn::optim::{AdamWConfig, ModuleOptimizer};
 
     use super::*;
     use crate::config::WeightDecayOn;
-    use crate::model::{BertConfig, BertForMaskedLm};
-    use crate::train::optimizer::tests::parameters;
+    use crate::model::BertForMaskedLm;
+    use crate::train::optimizer::tests::{gradients, micro_model, parameters};
     use crate::train::optimizer::{adamw, vectors};
 
     /// Parameters the fused sweep has updated, in every test of this binary.
@@ -225,33 +224,14 @@ mod tests {
 
     #[test]
     fn fused_adamw_equals_burns_adamw_bit_for_bit() {
-        let device = Device::flex().autodiff();
-        let model = BertConfig::new(40)
-            .with_hidden_size(8)
-            .with_num_hidden_layers(1)
-            .with_num_attention_heads(2)
-            .with_intermediate_size(12)
-            .with_max_position_embeddings(6)
-            .init_seeded(7, &device);
-        let grads = |model: &BertForMaskedLm, salt: i64| {
-            let ids: Vec<i64> = (0..12).map(|i| (i * 7 + salt) % 40).collect();
-            let input_ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [2, 6]), &device);
-            let logits = model
-                .forward(
-                    input_ids.clone(),
-                    input_ids.zeros_like(),
-                    input_ids.equal_elem(-1),
-                )
-                .expect("the shapes fit");
-            GradientsParams::from_grads(logits.powi_scalar(2).mean().backward(), model)
-        };
+        let model = micro_model(&Device::flex().autodiff());
         let before = FLEX_STEPS.load(Ordering::Relaxed);
         let (mut ours, mut burns) = (model.clone(), model.clone());
         let mut fused = adamw(&model, 0.5, WeightDecayOn::Matrices);
         let mut reference = burns_adamw(&model, 0.5);
         for (step, lr) in [1e-2, 3e-2, 2e-2].into_iter().enumerate() {
-            ours = fused.step(lr, ours.clone(), grads(&ours, step as i64));
-            burns = reference.step(lr, burns.clone(), grads(&burns, step as i64));
+            ours = fused.step(lr, ours.clone(), gradients(&ours, step as i64));
+            burns = reference.step(lr, burns.clone(), gradients(&burns, step as i64));
             // `TensorData` compares bytes: equal bits.
             assert_eq!(parameters(&ours), parameters(&burns), "step {}", step + 1);
         }

@@ -62,10 +62,9 @@ pub(crate) mod tests {
         collect.0
     }
 
-    #[test]
-    fn only_matrices_decay_biases_and_layer_norms_step_as_without_decay() {
-        let device = Device::flex().autodiff();
-        let model = BertConfig::new(40)
+    /// A one-layer BERT of width 8 over 40 tokens, seeded, on `device`.
+    pub(crate) fn micro_model(device: &Device) -> BertForMaskedLm {
+        BertConfig::new(40)
             .with_hidden_size(8)
             .with_num_hidden_layers(1)
             .with_num_attention_heads(2)
@@ -73,19 +72,29 @@ pub(crate) mod tests {
             .with_max_position_embeddings(6)
             .with_hidden_dropout_prob(0.0)
             .with_attention_probs_dropout_prob(0.0)
-            .init_seeded(7, &device);
-        let grads = || {
-            let ids = TensorData::new((0..12).map(|i| (i * 7) % 40).collect::<Vec<i64>>(), [2, 6]);
-            let input_ids = Tensor::<2, Int>::from_data(ids, &device);
-            let logits = model
-                .forward(
-                    input_ids.clone(),
-                    input_ids.zeros_like(),
-                    input_ids.equal_elem(-1),
-                )
-                .expect("the shapes fit");
-            GradientsParams::from_grads(logits.powi_scalar(2).mean().backward(), &model)
-        };
+            .init_seeded(7, device)
+    }
+
+    /// The gradients of the mean squared logits of [`micro_model`] on two sequences of 6 ids,
+    /// drawn from `salt`.
+    pub(crate) fn gradients(model: &BertForMaskedLm, salt: i64) -> GradientsParams {
+        let ids: Vec<i64> = (0..12).map(|i| (i * 7 + salt) % 40).collect();
+        let device = &model.devices()[0];
+        let input_ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [2, 6]), device);
+        let logits = model
+            .forward(
+                input_ids.clone(),
+                input_ids.zeros_like(),
+                input_ids.equal_elem(-1),
+            )
+            .expect("the shapes fit");
+        GradientsParams::from_grads(logits.powi_scalar(2).mean().backward(), model)
+    }
+
+    #[test]
+    fn only_matrices_decay_biases_and_layer_norms_step_as_without_decay() {
+        let model = micro_model(&Device::flex().autodiff());
+        let grads = || gradients(&model, 0);
         let (lr, weight_decay) = (0.1, 0.5);
         let every =
             adamw(&model, weight_decay, WeightDecayOn::All).step(lr, model.clone(), grads());
