@@ -397,12 +397,18 @@ impl TrainConfig {
     /// were cut at its own, and the position table has `max_seq_len` rows.
     pub fn adopt_data(&mut self, data: &Path, manifest: &Manifest) -> Result<(), TrainError> {
         if self.max_seq_len != manifest.max_seq_len {
+            // A checkpoint's positions may not hold the folder's sequences.
+            let positions = self.model.max_sequence_len();
+            let advice = match self.init_from.is_some() && manifest.max_seq_len > positions {
+                true => format!("the checkpoint holds sequences of up to {positions}: "),
+                false => "leave --max-seq-len out, or ".to_string(),
+            };
             return Err(TrainError::DataFolder {
                 path: data.to_path_buf(),
                 reason: format!(
-                    "built for max_seq_len {}, the run asks for {}: leave --max-seq-len out, \
-                     or prepare the corpus again with --max-seq-len {}",
-                    manifest.max_seq_len, self.max_seq_len, self.max_seq_len
+                    "built for max_seq_len {}, the run asks for {}: {}prepare the corpus again \
+                     with --max-seq-len {}",
+                    manifest.max_seq_len, self.max_seq_len, advice, self.max_seq_len
                 ),
             });
         }

@@ -555,3 +555,39 @@ fn a_roberta_folder_with_vocab_json_and_merges_txt_reads_as_its_tokenizer_json()
         (b.cls_id, b.sep_id, b.pad_id, b.mask_id, &b.special_ids)
     );
 }
+
+#[test]
+fn a_data_folder_longer_than_the_checkpoints_positions_says_to_prepare_it_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (corpus, data) = (corpus_in_vocabulary(tmp.path()), tmp.path().join("data"));
+    let bert = fixture().join("bert");
+    let prepare = std::process::Command::new(BIN)
+        .args(["prepare", "--max-seq-len", "64", "--corpus"])
+        .arg(&corpus)
+        .arg("--out")
+        .arg(&data)
+        .arg("--tokenizer")
+        .arg(bert.join("vocab.txt"))
+        .output()
+        .unwrap();
+    succeeded(&prepare);
+    let run = tmp.path().join("run");
+    let out = std::process::Command::new(BIN)
+        .args(["train", "--max-seq-len", "16", "--init-from"])
+        .arg(&bert)
+        .arg("--data")
+        .arg(&data)
+        .arg("--run")
+        .arg(&run)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && !run.exists(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "built for max_seq_len 64, the run asks for 16: the checkpoint holds \
+                         sequences of up to 24: prepare the corpus again with --max-seq-len 16"
+        ),
+        "{stderr}"
+    );
+}

@@ -3,7 +3,8 @@
 //! weights, also across a resume of both ranks; a rank that dies or hangs ends the job
 //! within a bounded time, leaving a resumable run; ranks that disagree on a setting refuse
 //! to start, and a signal to one rank stops them all after the same step, as the end of a
-//! time budget does. Without the feature, a launcher's world is refused.
+//! time budget does; two ranks continue a Hugging Face checkpoint as one process does.
+//! Without the feature, a launcher's world is refused.
 //! Rows of docs/SCALE_OUT.md.
 
 mod common;
@@ -230,6 +231,20 @@ mod under_mpirun {
         assert_eq!(names, ["one", "one.config.json", "two", "two.config.json"]);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(stdout.contains("[1,1]<stdout>:rank 1 done; rank 0 saved the run"));
+    }
+
+    #[test]
+    fn two_ranks_continue_a_hugging_face_checkpoint_as_one_process_does() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (one, two) = (tmp.path().join("one"), tmp.path().join("two"));
+        let bert =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/continued/bert");
+        let flags = ["--init-from", bert.to_str().unwrap(), "--max-seq-len", "16"];
+        assert_success(&run_bounded(train(&config(16, 2), &one, &flags)));
+        assert_success(&run_bounded(two_ranks(train(&config(8, 1), &two, &flags))));
+        assert_same_training(&one, &two, 20);
+        let config = RunDir(two.clone()).load_config().unwrap();
+        assert_eq!((config.world_size, config.model.hidden_size), (2, 16));
     }
 
     #[test]

@@ -389,6 +389,7 @@ fn start_facts(
 ) -> Result<Vec<(String, f64)>, TrainError> {
     let mut settings = config.clone();
     (settings.corpus, settings.tokenizer, settings.data) = (PathBuf::new(), None, None);
+    settings.init_from = None;
     let serde_json::Value::Object(settings) =
         serde_json::to_value(&settings).expect("a TrainConfig is JSON")
     else {
