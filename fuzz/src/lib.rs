@@ -231,7 +231,7 @@ fn tokenizer() -> &'static SubwordTokenizer {
     TOKENIZER.get_or_init(|| {
         let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../crates/mlm-train/tests/fixtures/corpus");
-        let documents = read_corpus(&corpus).unwrap();
+        let documents = read_corpus(&corpus, "text").unwrap();
         SubwordTokenizer::train(
             documents
                 .iter()
@@ -254,7 +254,7 @@ pub fn corpus(data: &[u8]) {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("input.txt");
     std::fs::write(&file, text).unwrap();
-    let sentences = match (read_corpus(&file), std::str::from_utf8(text)) {
+    let sentences = match (read_corpus(&file, "text"), std::str::from_utf8(text)) {
         (Err(TrainError::NotUtf8 { offset, .. }), Err(e)) => {
             assert_eq!(offset, e.valid_up_to());
             return;
