@@ -11,7 +11,6 @@ use mlm_core::{IGNORE_INDEX, MaskedCrossEntropyConfig, MaskingConfig, MlmError};
 use mlm_train::TrainError;
 use mlm_train::data::{Document, SubwordTokenizer, clean, pack, read_corpus};
 
-
 /// Reads bytes front to back; past the end every read is 0.
 struct Bytes<'a>(&'a [u8]);
 
@@ -78,7 +77,10 @@ pub fn masker(data: &[u8]) {
             .iter()
             .any(|p| !(0.0..=1.0).contains(p))
                 || config.mask_replace_prob + config.random_replace_prob > 1.0;
-            let bad_id = [mask_id, pad_id].iter().chain(&specials).any(|&s| s as usize >= vocab)
+            let bad_id = [mask_id, pad_id]
+                .iter()
+                .chain(&specials)
+                .any(|&s| s as usize >= vocab)
                 || mask_id == pad_id;
             let bad_bounds = config
                 .max_predictions_per_seq
