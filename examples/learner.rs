@@ -25,8 +25,8 @@ use burn_train::metric::{AccuracyMetric, LossMetric, PerplexityMetric};
 use burn_train::{InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep};
 use mlm_core::learner::{MlmBatch, MlmBatcher, MlmOutput};
 use mlm_core::{MaskedCrossEntropy, MlmHead, MlmHeadConfig};
-use mlm_train::data::Masking;
 use mlm_train::data::{DataFolder, PrepareOptions, TokenSplit, fetch_corpus, prepare_folder};
+use mlm_train::data::{MaskRates, Masking};
 
 const SEQ_LEN: usize = 64;
 const BATCH: usize = 32;
@@ -144,7 +144,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         prepare_folder(&corpus, &data_dir, &PrepareOptions::new(8192, SEQ_LEN, 50))?;
     }
     let data = DataFolder::open(&data_dir)?;
-    let masker = data.tokenizer.masker(0.15, Masking::Token, SEED)?;
+    let masker = data
+        .tokenizer
+        .masker(MaskRates::bert(0.15), Masking::Token, SEED)?;
     let batcher = MlmBatcher::new(masker);
 
     let device = Device::flex();

@@ -6,6 +6,11 @@
 //!   ──log-softmax──▶ ──pick w_i──▶ log p(w_i | rest) ──sum over i──▶ PLL(W)
 //! ```
 //!
+//! PLL-word-l2r (Kauf & Ivanova 2023, "A Better Way to Do Masked Language Model Scoring",
+//! ACL, §3) also masks the tokens after `w_i` within its word
+//! ([`PseudoLogLikelihood::score_word_l2r`]): the original PLL lets a word's later pieces
+//! give its first away, which inflates the score of words split into many tokens.
+//!
 //! All copies of many sentences go into one forward pass, padded to the longest and with the
 //! padding masked out, and only the masked row of each copy goes through the head
 //! ([`MaskedTargets`]). A pair is right when the grammatical sentence scores higher; a tie
@@ -100,6 +105,45 @@ impl PseudoLogLikelihood {
         sentences: &[Vec<u32>],
         device: &Device,
     ) -> Result<Vec<f64>, MlmError> {
+        self.score_masking(model, sentences, None, device)
+    }
+
+    /// PLL-word-l2r (Kauf & Ivanova 2023, §3): as [`score`](Self::score), but the copy that
+    /// scores `w_i` also masks the tokens after it within its word, so
+    /// `PLL(W) = Σ_i log p(w_i | W without w_i … the end of w_i's word)`. A word is a token
+    /// that does not continue a word and the continuation tokens that follow it;
+    /// `is_continuation[id]` says which ids continue one (WordPiece's `##` pieces; byte-level
+    /// BPE's tokens without `Ġ`). For single-token words it equals the PLL.
+    ///
+    /// # Errors
+    /// Those of [`score`](Self::score); [`MlmError::ShapeMismatch`] if `is_continuation`
+    /// does not have `vocab_size` entries.
+    pub fn score_word_l2r(
+        &self,
+        model: &(impl MaskedLanguageModel + Sync),
+        sentences: &[Vec<u32>],
+        is_continuation: &[bool],
+        device: &Device,
+    ) -> Result<Vec<f64>, MlmError> {
+        if is_continuation.len() != model.vocab_size() {
+            return Err(MlmError::ShapeMismatch {
+                what: "is_continuation",
+                expected: format!("[vocab_size = {}] tokens", model.vocab_size()),
+                actual: vec![is_continuation.len()],
+            });
+        }
+        self.score_masking(model, sentences, Some(is_continuation), device)
+    }
+
+    /// The PLLs, each copy masking its token and, with `is_continuation`, the rest of its
+    /// word.
+    fn score_masking(
+        &self,
+        model: &(impl MaskedLanguageModel + Sync),
+        sentences: &[Vec<u32>],
+        is_continuation: Option<&[bool]>,
+        device: &Device,
+    ) -> Result<Vec<f64>, MlmError> {
         self.check(model, sentences)?;
         // Shortest first, so each batch pads little; the scores go back to the given order.
         let mut order: Vec<usize> = (0..sentences.len()).collect();
@@ -112,7 +156,9 @@ impl PseudoLogLikelihood {
             start = end;
         }
         let mut plls = vec![0.0; sentences.len()];
-        for (batch, scores) in self.score_batches(model, &batches, sentences, device)? {
+        for (batch, scores) in
+            self.score_batches(model, &batches, sentences, is_continuation, device)?
+        {
             for (&i, pll) in batches[batch].iter().zip(scores) {
                 plls[i] = pll;
             }
@@ -128,6 +174,7 @@ impl PseudoLogLikelihood {
         model: &(impl MaskedLanguageModel + Sync),
         batches: &[Vec<usize>],
         sentences: &[Vec<u32>],
+        is_continuation: Option<&[bool]>,
         device: &Device,
     ) -> Result<Vec<(usize, Vec<f64>)>, MlmError> {
         let next = AtomicUsize::new(0);
@@ -140,7 +187,10 @@ impl PseudoLogLikelihood {
                 };
                 let members: Vec<&[u32]> =
                     members.iter().map(|&i| sentences[i].as_slice()).collect();
-                done.push((batch, self.score_batch(model, &members, device)?));
+                done.push((
+                    batch,
+                    self.score_batch(model, &members, is_continuation, device)?,
+                ));
             }
         };
         let workers = self.threads.clamp(1, batches.len().max(1));
@@ -212,6 +262,7 @@ impl PseudoLogLikelihood {
         &self,
         model: &impl MaskedLanguageModel,
         batch: &[&[u32]],
+        is_continuation: Option<&[bool]>,
         device: &Device,
     ) -> Result<Vec<f64>, MlmError> {
         let seq = batch.iter().map(|s| s.len() + 2).max().unwrap_or(2);
@@ -222,7 +273,19 @@ impl PseudoLogLikelihood {
         for sentence in batch {
             for masked in 0..sentence.len() {
                 let row = input.len() / seq;
-                self.push_copy(sentence, masked, seq, &mut input, &mut padding);
+                // The copy masks `masked` and, for PLL-word-l2r, its word's later pieces.
+                let end = match is_continuation {
+                    None => masked + 1,
+                    Some(table) => {
+                        masked
+                            + 1
+                            + sentence[masked + 1..]
+                                .iter()
+                                .take_while(|&&id| table[id as usize])
+                                .count()
+                    }
+                };
+                self.push_copy(sentence, masked..end, seq, &mut input, &mut padding);
                 positions.push((row * seq + 1 + masked) as i64);
                 targets.push(i64::from(sentence[masked]));
             }
@@ -256,23 +319,25 @@ impl PseudoLogLikelihood {
             .collect())
     }
 
-    /// Appends `[CLS] w_1 … [MASK] … w_n [SEP] [PAD]…`, `seq` long, and its padding mask.
+    /// Appends `[CLS] w_1 … [MASK] … w_n [SEP] [PAD]…`, `seq` long, with `[MASK]` at the
+    /// sentence positions `masked`, and its padding mask.
     fn push_copy(
         &self,
         sentence: &[u32],
-        masked: usize,
+        masked: std::ops::Range<usize>,
         seq: usize,
         input: &mut Vec<i64>,
         padding: &mut Vec<bool>,
     ) {
         let special = self.special;
         input.push(i64::from(special.cls_id));
-        input.extend(
-            sentence
-                .iter()
-                .enumerate()
-                .map(|(i, &id)| i64::from(if i == masked { special.mask_id } else { id })),
-        );
+        input.extend(sentence.iter().enumerate().map(|(i, &id)| {
+            i64::from(if masked.contains(&i) {
+                special.mask_id
+            } else {
+                id
+            })
+        }));
         input.push(i64::from(special.sep_id));
         let pad = seq - sentence.len() - 2;
         input.extend(std::iter::repeat_n(i64::from(special.pad_id), pad));

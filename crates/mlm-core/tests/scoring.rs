@@ -1,6 +1,8 @@
 //! Pseudo-log-likelihood scoring against a model whose logits are known in closed form: each
 //! sentence's PLL is the f64 sum of the log-softmax of those logits at every masked copy, and
-//! every copy the scorer builds is `[CLS] … [MASK] … [SEP]` with its padding masked out.
+//! every copy the scorer builds is `[CLS] … [MASK] … [SEP]` with its padding masked out. The
+//! logits see how many tokens a copy masks, so PLL-word-l2r's copies (the scored token and
+//! the rest of its word masked) are checked by value too.
 
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use mlm_core::{
@@ -15,13 +17,20 @@ const SPECIAL: SpecialTokenIds = SpecialTokenIds {
     mask_id: 4,
 };
 
-/// The logits at a masked position from its two neighbours: +2 for the left one, +1 for the
-/// right one, and a slope over the vocabulary, so that no two tokens tie.
-fn neighbour_logits(left: u32, right: u32) -> Vec<f64> {
+/// Ids 9, 10 and 11 continue a word (WordPiece's `##` pieces); the others start one.
+const CONTINUATIONS: [bool; VOCAB] = [
+    false, false, false, false, false, false, false, false, false, true, true, true,
+];
+
+/// The logits at a masked position from its two neighbours and the copy's number of masks:
+/// +2 for the left one, +1 for the right one, +0.5 for the id equal to the number of masks,
+/// and a slope over the vocabulary, so that no two tokens tie.
+fn neighbour_logits(left: u32, right: u32, masks: usize) -> Vec<f64> {
     (0..VOCAB as u32)
         .map(|v| {
             2.0 * f64::from(u8::from(v == left))
                 + f64::from(u8::from(v == right))
+                + 0.5 * f64::from(u8::from(v as usize == masks))
                 + 0.1 * f64::from(v)
         })
         .collect()
@@ -62,10 +71,10 @@ impl MaskedLanguageModel for NeighbourModel {
                 i64::from(SPECIAL.mask_id),
                 "the scored position is masked"
             );
-            assert_eq!(
-                copy.iter().filter(|&&id| id == 4).count(),
-                1,
-                "one mask per copy"
+            let masks = copy.iter().filter(|&&id| id == 4).count();
+            assert!(
+                copy[col..col + masks].iter().all(|&id| id == 4),
+                "the masks are one run from the scored position"
             );
             let sep = copy
                 .iter()
@@ -74,7 +83,7 @@ impl MaskedLanguageModel for NeighbourModel {
             for (s, &pad) in padding[row * seq..(row + 1) * seq].iter().enumerate() {
                 assert_eq!(pad, s > sep, "padding exactly after [SEP]");
             }
-            let row_logits = neighbour_logits(copy[col - 1] as u32, copy[col + 1] as u32);
+            let row_logits = neighbour_logits(copy[col - 1] as u32, copy[col + 1] as u32, masks);
             logits.extend(row_logits.iter().map(|&z| z as f32));
         }
         Ok(Tensor::from_data(
@@ -92,8 +101,9 @@ impl MaskedLanguageModel for NeighbourModel {
     }
 }
 
-/// The PLL of `sentence` under [`NeighbourModel`], by hand in f64.
-fn expected_pll(sentence: &[u32]) -> f64 {
+/// The PLL of `sentence` under [`NeighbourModel`], by hand in f64: each token masked alone,
+/// or with `word_l2r` together with the continuation pieces after it.
+fn expected_pll(sentence: &[u32], word_l2r: bool) -> f64 {
     let framed: Vec<u32> = [SPECIAL.cls_id]
         .into_iter()
         .chain(sentence.iter().copied())
@@ -101,7 +111,17 @@ fn expected_pll(sentence: &[u32]) -> f64 {
         .collect();
     (1..framed.len() - 1)
         .map(|i| {
-            let z = neighbour_logits(framed[i - 1], framed[i + 1]);
+            let mut end = i + 1;
+            while word_l2r && end < framed.len() - 1 && CONTINUATIONS[framed[end] as usize] {
+                end += 1;
+            }
+            // The right neighbour is a mask when the word goes on.
+            let right = if end > i + 1 {
+                SPECIAL.mask_id
+            } else {
+                framed[i + 1]
+            };
+            let z = neighbour_logits(framed[i - 1], right, end - i);
             let log_sum = z.iter().map(|z| z.exp()).sum::<f64>().ln();
             z[framed[i] as usize] - log_sum
         })
@@ -120,13 +140,50 @@ fn each_sentence_scores_the_sum_of_its_masked_log_probabilities() {
             .score(&NeighbourModel, &sentences, &Device::flex())
             .unwrap();
         for (sentence, pll) in sentences.iter().zip(plls) {
-            let expected = expected_pll(sentence);
+            let expected = expected_pll(sentence, false);
             assert!(
                 (pll - expected).abs() < 1e-5,
                 "{sentence:?}: {pll} vs {expected}"
             );
         }
     }
+}
+
+#[test]
+fn pll_word_l2r_masks_the_rest_of_each_word_with_its_token() {
+    // Words of one to three pieces, one word ending the sentence, one leading continuation.
+    let sentences = vec![
+        vec![5, 9, 10, 6],
+        vec![7, 11],
+        vec![6, 5, 9, 9, 9],
+        vec![9, 5],
+        vec![5, 6, 7],
+    ];
+    let device = Device::flex();
+    for max_batch_tokens in [1, 8192] {
+        let scorer = PseudoLogLikelihood {
+            max_batch_tokens,
+            ..PseudoLogLikelihood::new(SPECIAL)
+        };
+        let l2r = scorer
+            .score_word_l2r(&NeighbourModel, &sentences, &CONTINUATIONS, &device)
+            .unwrap();
+        let plain = scorer.score(&NeighbourModel, &sentences, &device).unwrap();
+        for ((sentence, l2r), plain) in sentences.iter().zip(&l2r).zip(&plain) {
+            let expected = expected_pll(sentence, true);
+            assert!(
+                (l2r - expected).abs() < 1e-5,
+                "{sentence:?}: {l2r} vs {expected}"
+            );
+            // Multi-piece words score otherwise than under the PLL; one-piece words alike.
+            let multi_piece = sentence[1..].iter().any(|&id| CONTINUATIONS[id as usize]);
+            assert_eq!((l2r - plain).abs() > 1e-3, multi_piece, "{sentence:?}");
+        }
+    }
+    let error = PseudoLogLikelihood::new(SPECIAL)
+        .score_word_l2r(&NeighbourModel, &sentences, &CONTINUATIONS[..11], &device)
+        .unwrap_err();
+    assert!(error.to_string().contains("is_continuation"), "{error}");
 }
 
 #[test]

@@ -7,7 +7,7 @@ use burn::config::Config;
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
-use crate::data::{self, Manifest, Masking, PrepareOptions, SubwordTokenizer};
+use crate::data::{self, Manifest, MaskRates, Masking, PrepareOptions, SubwordTokenizer};
 use crate::error::{ConfigError, TrainError};
 use crate::files::read_json;
 use crate::model::BertConfig;
@@ -134,6 +134,18 @@ pub struct TrainConfig {
     /// Share of tokens selected for prediction in training batches (held-out batches: 15 %).
     #[config(default = 0.15)]
     pub mlm_probability: f64,
+    /// Share of the selected training tokens replaced by `[MASK]` (BERT §3.1: 0.8;
+    /// `DataCollatorForLanguageModeling`'s `mask_replace_prob`). BabyBERTa (Huebner et al.
+    /// 2021, §4.2) found 1.0, every selected token masked, better for grammar. Held-out
+    /// batches stay 80/10/10, so held-out losses compare; their `[MASK]` loss is the like
+    /// for like.
+    #[config(default = 0.8)]
+    pub mask_replace_prob: f64,
+    /// Share of the selected training tokens replaced by a random token (BERT: 0.1;
+    /// `random_replace_prob`); the rest, `1 − mask_replace_prob − random_replace_prob`, stay
+    /// unchanged. Every selected token is graded against the original.
+    #[config(default = 0.1)]
+    pub random_replace_prob: f64,
     /// How training batches select what to predict: single tokens (BERT) or spans of whole
     /// words (SpanBERT). Held-out batches always use token masking ([`crate::eval`]). A run
     /// made before this setting existed used token masking ([`crate::RunDir::load_config`]).
@@ -246,7 +258,7 @@ impl TrainConfig {
     }
 
     /// [`Self::validate`]'s table after the counts: every other setting, in order.
-    fn rules(&self) -> [Result<(), ConfigError>; 9] {
+    fn rules(&self) -> [Result<(), ConfigError>; 11] {
         let (budget, specials) = (self.time_budget_seconds, data::SPECIAL_TOKENS.len());
         let max_positions = self.model.max_sequence_len();
         let weight_decay = self.weight_decay;
@@ -264,6 +276,21 @@ impl TrainConfig {
                 self.mlm_probability,
                 self.mlm_probability > 0.0 && self.mlm_probability <= 1.0,
                 "must be in (0, 1]",
+            ),
+            ConfigError::check(
+                "mask_replace_prob",
+                self.mask_replace_prob,
+                (0.0..=1.0).contains(&self.mask_replace_prob),
+                "must be in [0, 1]",
+            ),
+            ConfigError::check(
+                "random_replace_prob",
+                self.random_replace_prob,
+                (0.0..=1.0 - self.mask_replace_prob).contains(&self.random_replace_prob),
+                format!(
+                    "must be in [0, 1 - mask_replace_prob] (mask_replace_prob is {})",
+                    self.mask_replace_prob
+                ),
             ),
             ConfigError::check(
                 "vocab_size",
@@ -378,6 +405,15 @@ pub(crate) fn config_from_json(
 }
 
 impl TrainConfig {
+    /// What the training masker selects and puts in its place.
+    pub fn mask_rates(&self) -> MaskRates {
+        MaskRates {
+            mlm_probability: self.mlm_probability,
+            mask_replace_prob: self.mask_replace_prob,
+            random_replace_prob: self.random_replace_prob,
+        }
+    }
+
     /// How the run's own data folder is prepared from `corpus`, with `tokenizer` (else one
     /// trained on the training split).
     pub fn prepare_options(&self, tokenizer: Option<SubwordTokenizer>) -> PrepareOptions {
@@ -453,6 +489,31 @@ mod tests {
         }
         let config = TrainConfig::new("corpus".into()).with_time_budget_seconds(Some(0.5));
         config.validate().unwrap();
+    }
+
+    #[test]
+    fn replacement_shares_are_refused_outside_0_1_or_above_1_together() {
+        let rates = |mask: f64, random: f64| {
+            TrainConfig::new("corpus".into())
+                .with_mask_replace_prob(mask)
+                .with_random_replace_prob(random)
+                .validate()
+                .map_err(|e| e.to_string())
+        };
+        rates(1.0, 0.0).unwrap();
+        rates(0.0, 1.0).unwrap();
+        rates(0.8, 0.1).unwrap();
+        let error = rates(1.1, 0.0).unwrap_err();
+        assert!(
+            error.contains("mask_replace_prob") && error.contains("[0, 1]"),
+            "{error}"
+        );
+        let error = rates(0.95, 0.1).unwrap_err();
+        assert!(
+            error.contains("random_replace_prob") && error.contains("1 - mask_replace_prob"),
+            "{error}"
+        );
+        assert!(rates(0.5, f64::NAN).is_err() && rates(f64::NAN, 0.0).is_err());
     }
 
     #[test]

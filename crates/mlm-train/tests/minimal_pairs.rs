@@ -11,8 +11,9 @@ use std::process::Command;
 use burn::tensor::Device;
 use common::{micro_config, path_arg, run_to_end, summary, train_command};
 use mlm_core::{PseudoLogLikelihood, SpecialTokenIds, prefers_grammatical};
-use mlm_train::data::{SubwordTokenizer, read_minimal_pairs};
+use mlm_train::data::{DataFolder, SubwordTokenizer, read_minimal_pairs};
 use mlm_train::eval::grammar::{MinimalPairsScore, score_minimal_pairs};
+use mlm_train::eval::{Scoring, ScoringOptions, UnigramScorer};
 use mlm_train::model::hf::load_hf;
 use mlm_train::{BertForMaskedLm, TrainError};
 use serde::Deserialize;
@@ -37,6 +38,7 @@ struct Special {
 struct Case {
     ids: Vec<u32>,
     pll: f64,
+    pll_word_l2r: f64,
 }
 
 fn fixture() -> PathBuf {
@@ -73,6 +75,32 @@ fn pseudo_log_likelihoods_match_transformers_to_1e_4_in_one_padded_batch() {
     }
     // The references are real log-likelihoods of this model: negative, and far apart.
     assert!(reference.sentences.iter().all(|c| c.pll < -1.0));
+}
+
+#[test]
+fn pll_word_l2r_matches_transformers_to_1e_5_with_the_tokenizers_word_pieces() {
+    let (model, reference, scorer) = tiny_bert();
+    // The `##` pieces of `tiny_tokenizer`'s vocabulary: its lines 42 to 63.
+    let continuations: Vec<bool> = (0..64).map(|id| id >= 42).collect();
+    let sentences: Vec<Vec<u32>> = reference.sentences.iter().map(|c| c.ids.clone()).collect();
+    let plls = scorer
+        .score_word_l2r(&model, &sentences, &continuations, &Device::flex())
+        .unwrap();
+    for (case, pll) in reference.sentences.iter().zip(&plls) {
+        assert!(
+            (pll - case.pll_word_l2r).abs() <= 1e-5,
+            "{:?}: PLL-word-l2r {pll:.7} vs transformers {:.7}",
+            case.ids,
+            case.pll_word_l2r
+        );
+    }
+    // The tiny random model barely reads context, yet the four sentences with multi-piece
+    // words score 3e-4 to 9e-4 from their PLL: 30 to 90 times the tolerance above.
+    let differs = reference
+        .sentences
+        .iter()
+        .filter(|c| (c.pll - c.pll_word_l2r).abs() > 2e-4);
+    assert_eq!(differs.count(), 4);
 }
 
 #[test]
@@ -192,7 +220,18 @@ fn a_zorro_file_scores_each_pair_by_its_plls_and_counts_a_tie_as_wrong() {
     let suite = tmp.path().join("agreement.txt");
     std::fs::write(&suite, lines.join("\n") + "\n").unwrap();
     let paradigms = read_minimal_pairs(&suite).unwrap();
-    let score = score_minimal_pairs(&model, &tokenizer, &suite, &paradigms, None, &device).unwrap();
+    // A unigram scorer that has seen "cat" and "dogs" often and everything else once: it
+    // prefers the grammatical sentence of the first two pairs, and ties on the third.
+    let mut counts = vec![1; tokenizer.vocab_size()];
+    for word in ["cat", "dogs"] {
+        counts[tokenizer.encode(word).unwrap()[0] as usize] = 10;
+    }
+    let unigram = UnigramScorer::fit(&counts, &tokenizer.special_ids);
+    let all = ScoringOptions {
+        unigram: Some(&unigram),
+        ..ScoringOptions::default()
+    };
+    let score = score_minimal_pairs(&model, &tokenizer, &suite, &paradigms, &all, &device).unwrap();
     let ids: Vec<Vec<u32>> = lines.iter().map(|l| tokenizer.encode(l).unwrap()).collect();
     let plls = scorer.score(&model, &ids, &device).unwrap();
     let right = [plls[1] > plls[0], plls[3] > plls[2], false];
@@ -205,9 +244,15 @@ fn a_zorro_file_scores_each_pair_by_its_plls_and_counts_a_tie_as_wrong() {
         (3, correct, 1)
     );
     assert_eq!(score.accuracy, correct as f64 / 3.0);
+    assert_eq!(paradigm.unigram_accuracy, Some(2.0 / 3.0));
+    assert_eq!(score.unigram_accuracy, Some(2.0 / 3.0));
     // --max-pairs 1: the first pair only.
+    let first_pair = ScoringOptions {
+        max_pairs: Some(1),
+        ..ScoringOptions::default()
+    };
     let first =
-        score_minimal_pairs(&model, &tokenizer, &suite, &paradigms, Some(1), &device).unwrap();
+        score_minimal_pairs(&model, &tokenizer, &suite, &paradigms, &first_pair, &device).unwrap();
     assert_eq!(
         (first.pairs, first.paradigms[0].correct),
         (1, usize::from(right[0]))
@@ -216,9 +261,16 @@ fn a_zorro_file_scores_each_pair_by_its_plls_and_counts_a_tie_as_wrong() {
     let refusal = |text: &str| {
         std::fs::write(&suite, text).unwrap();
         let paradigms = read_minimal_pairs(&suite).unwrap();
-        score_minimal_pairs(&model, &tokenizer, &suite, &paradigms, None, &device)
-            .unwrap_err()
-            .to_string()
+        score_minimal_pairs(
+            &model,
+            &tokenizer,
+            &suite,
+            &paradigms,
+            &ScoringOptions::default(),
+            &device,
+        )
+        .unwrap_err()
+        .to_string()
     };
     // A word outside the vocabulary is named with its file and line.
     let error = refusal("the cat is here .\nthe cat is h3re .\n");
@@ -360,9 +412,39 @@ fn train_and_eval_with_minimal_pairs_report_the_same_score_in_summary_and_json()
     assert_eq!(trained.paradigms.len(), 2);
     assert_eq!(trained.pairs, 3);
     assert!(
-        stdout.contains("over 2 paradigms (chance 50 %), beside the held-out loss"),
+        stdout.contains("over 2 paradigms (word-frequency baseline "),
         "{stdout}"
     );
+    // The baseline, by hand from the run's own training counts: add-one log unigram
+    // probabilities summed; "order" is a reordering, so it ties and counts as wrong.
+    let counts = DataFolder::open(&run.join("data")).unwrap().unigram_counts;
+    let tokenizer = SubwordTokenizer::from_file(&run.join("tokenizer.json")).unwrap();
+    let specials = &tokenizer.special_ids;
+    let total = counts
+        .iter()
+        .enumerate()
+        .filter(|(id, _)| !specials.contains(&(*id as u32)))
+        .map(|(_, &c)| c as f64 + 1.0)
+        .sum::<f64>();
+    let log_p = |text: &str| -> f64 {
+        let mut p: Vec<f64> = (tokenizer.encode(text).unwrap().iter())
+            .map(|&id| ((counts[id as usize] + 1) as f64 / total).ln())
+            .collect();
+        p.sort_by(f64::total_cmp);
+        p.iter().sum()
+    };
+    let agreement = f64::from(u8::from(
+        log_p("the whale is here .") > log_p("the whales is here ."),
+    )) + f64::from(u8::from(
+        log_p("the men are old .") > log_p("the man are old ."),
+    ));
+    let by_paradigm: Vec<Option<f64>> = trained
+        .paradigms
+        .iter()
+        .map(|p| p.unigram_accuracy)
+        .collect();
+    assert_eq!(by_paradigm, [Some(agreement / 2.0), Some(0.0)]);
+    assert_eq!(trained.unigram_accuracy, Some(agreement / 4.0));
     // eval scores the same checkpoint to the same numbers, and writes them as JSON.
     let json = tmp.path().join("score.json");
     let eval = Command::new(BIN)
@@ -389,6 +471,25 @@ fn train_and_eval_with_minimal_pairs_report_the_same_score_in_summary_and_json()
     let written: MinimalPairsScore =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(written.paradigms, trained.paradigms);
+    assert_eq!(written.scoring, Scoring::Pll);
+    // PLL-word-l2r on request, with the same baseline beside it.
+    let l2r = Command::new(BIN)
+        .args(["eval", "--run", path_arg(&run), "--minimal-pairs"])
+        .args([
+            path_arg(&suite),
+            "--scoring",
+            "pll-word-l2r",
+            "--json",
+            path_arg(&json),
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&l2r.stdout);
+    assert!(stdout.contains("sentences by pll-word-l2r in"), "{stdout}");
+    let written: MinimalPairsScore =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(written.scoring, Scoring::PllWordL2r);
+    assert_eq!(written.unigram_accuracy, trained.unigram_accuracy);
     // Bad suites are one-line errors; a bad one given to train trains nothing.
     let bad = tmp.path().join("pairs.csv");
     std::fs::write(&bad, "a,b\n").unwrap();

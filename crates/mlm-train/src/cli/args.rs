@@ -13,6 +13,7 @@ use crate::config::{WeightDecayOn, config_with_overrides};
 use crate::data::{Manifest, Masking, PrepareOptions, SubwordTokenizer};
 use crate::duration::parse_time_budget;
 use crate::error::TrainError;
+use crate::eval::Scoring;
 use crate::model::BertConfig;
 use crate::model::hf::Pretrained;
 
@@ -190,6 +191,11 @@ pub(crate) struct MinimalPairsArgs {
     /// Score only the first N pairs of each paradigm [default: all].
     #[arg(long, value_name = "N", requires = "minimal_pairs")]
     pub(crate) max_pairs: Option<NonZeroUsize>,
+    /// How a sentence is scored: the pseudo-log-likelihood (Salazar et al. 2020), or
+    /// PLL-word-l2r, which also masks the rest of the scored token's word (Kauf & Ivanova
+    /// 2023).
+    #[arg(long, value_enum, default_value = "pll", requires = "minimal_pairs")]
+    pub(crate) scoring: Scoring,
 }
 
 // (`conflicts_with`), not silently ignored.
@@ -289,6 +295,13 @@ pub(crate) struct TrainArgs {
     /// Share of tokens selected for prediction in training batches.
     #[arg(long, conflicts_with = "resume", allow_negative_numbers = true)]
     pub(crate) mlm_probability: Option<f64>,
+    /// Share of the selected training tokens replaced by [MASK] (BERT: 0.8; BabyBERTa: 1.0).
+    #[arg(long, conflicts_with = "resume", allow_negative_numbers = true)]
+    pub(crate) mask_replace_prob: Option<f64>,
+    /// Share of the selected training tokens replaced by a random token (BERT: 0.1); the
+    /// rest stay as they are.
+    #[arg(long, conflicts_with = "resume", allow_negative_numbers = true)]
+    pub(crate) random_replace_prob: Option<f64>,
     /// What training batches mask: single tokens (BERT) or spans of whole words, Geo(0.2)
     /// lengths up to 10 words, one 80/10/10 draw per span (SpanBERT). Held-out batches
     /// always use token masking, so held-out losses compare.
@@ -354,6 +367,7 @@ config_flags!(
     eval_every => eval_every, log_every => log_every, checkpoint_every => checkpoint_every,
     seed => seed,
     mlm_probability => mlm_probability, masking => masking,
+    mask_replace_prob => mask_replace_prob, random_replace_prob => random_replace_prob,
     weight_decay => weight_decay, weight_decay_on => weight_decay_on,
     local_attention_init => model.local_attention_init,
     dropout => model.hidden_dropout_prob,

@@ -12,7 +12,7 @@ use crate::cli::bench::{compare_backends, markdown_table, save_rows};
 use crate::cli::train::train_command;
 use crate::data::{Paradigm, fetch_corpus, prepare_folder, read_minimal_pairs};
 use crate::error::TrainError;
-use crate::eval::grammar::{MinimalPairsScore, score_minimal_pairs};
+use crate::eval::grammar::{MinimalPairsScore, Scoring, ScoringOptions, score_minimal_pairs};
 use crate::run::TrainedRun;
 use crate::run::hf::{export_run, import_run};
 
@@ -181,6 +181,7 @@ pub(crate) struct Suite {
     path: PathBuf,
     paradigms: Vec<Paradigm>,
     max_pairs: Option<usize>,
+    scoring: Scoring,
 }
 
 impl MinimalPairsArgs {
@@ -193,6 +194,7 @@ impl MinimalPairsArgs {
             path: path.clone(),
             paradigms: read_minimal_pairs(path)?,
             max_pairs: self.max_pairs.map(NonZeroUsize::get),
+            scoring: self.scoring,
         }))
     }
 }
@@ -211,14 +213,19 @@ impl Suite {
             &trained.tokenizer,
             &self.path,
             &self.paradigms,
-            self.max_pairs,
+            &ScoringOptions {
+                max_pairs: self.max_pairs,
+                scoring: self.scoring,
+                unigram: trained.unigram_scorer()?.as_ref(),
+            },
             &device,
         )?;
         println!("{}", score.table());
         println!(
-            "minimal pairs {}: scored {} sentences in {:.0} s",
+            "minimal pairs {}: scored {} sentences by {} in {:.0} s",
             self.path.display(),
             2 * score.pairs,
+            self.scoring,
             score.seconds
         );
         Ok(score)

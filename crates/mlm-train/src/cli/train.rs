@@ -42,10 +42,13 @@ pub(crate) fn train_command(args: &TrainArgs) -> Result<u8, TrainError> {
         let run = args.resume.as_ref().unwrap_or(&args.run);
         let score = suite.score(run, args.backend)?;
         let (accuracy, paradigms) = (score.accuracy, score.paradigms.len());
+        let unigram = score
+            .unigram_accuracy
+            .map_or("n/a".into(), |a| format!("{:.1} %", 100.0 * a));
         let summary = Summary::add_minimal_pairs(run, score)?;
         println!(
-            "minimal pairs: {:.1} % over {paradigms} paradigms (chance 50 %), beside the held-out \
-             loss of {:.4} nats; added to {}",
+            "minimal pairs: {:.1} % over {paradigms} paradigms (word-frequency baseline {unigram}, \
+             chance 50 %), beside the held-out loss of {:.4} nats; added to {}",
             100.0 * accuracy,
             summary.final_valid_loss,
             RunDir(run.clone()).summary().display()

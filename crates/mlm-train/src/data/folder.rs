@@ -244,26 +244,44 @@ impl DataFolder {
                 "its vocabulary's sha256 differs from the manifest's tokenizer_sha256",
             ));
         }
-        let counts = open_array(dir, &manifest.unigram_counts, Dtype::U64)?;
-        if counts.len() != manifest.vocab_size {
-            return Err(folder_error(
-                dir.join(&manifest.unigram_counts.file),
-                format!(
-                    "holds {} counts for a vocabulary of {}",
-                    counts.len(),
-                    manifest.vocab_size
-                ),
-            ));
-        }
         Ok(Self {
             train: open_split(dir, &manifest.train, &manifest.token_dtype)?,
             held_out: open_split(dir, &manifest.held_out, &manifest.token_dtype)?,
-            unigram_counts: (0..counts.len()).map(|i| counts.get(i)).collect(),
+            unigram_counts: unigram_counts(dir, &manifest)?,
             path: dir.to_path_buf(),
             manifest,
             tokenizer,
         })
     }
+
+    /// The training split's unigram counts of the folder `dir`, `[vocab_size]`, read without
+    /// the shards (only the counts' file is checked against the manifest): the word-frequency
+    /// baseline's statistics ([`crate::eval::UnigramScorer`]).
+    ///
+    /// # Errors
+    /// [`TrainError::DataFolder`] for no manifest, or a counts file that is missing, changed
+    /// since `prepare` or of another length than the vocabulary.
+    pub fn read_unigram_counts(dir: &Path) -> Result<Vec<u64>, TrainError> {
+        let manifest = Manifest::read(dir)?;
+        verify(dir, &manifest.unigram_counts)?;
+        unigram_counts(dir, &manifest)
+    }
+}
+
+/// The counts array of a verified folder, checked against its vocabulary size.
+fn unigram_counts(dir: &Path, manifest: &Manifest) -> Result<Vec<u64>, TrainError> {
+    let counts = open_array(dir, &manifest.unigram_counts, Dtype::U64)?;
+    if counts.len() != manifest.vocab_size {
+        return Err(folder_error(
+            dir.join(&manifest.unigram_counts.file),
+            format!(
+                "holds {} counts for a vocabulary of {}",
+                counts.len(),
+                manifest.vocab_size
+            ),
+        ));
+    }
+    Ok((0..counts.len()).map(|i| counts.get(i)).collect())
 }
 
 /// Checks one file's size, then its sha256, against the manifest.

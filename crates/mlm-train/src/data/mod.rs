@@ -18,7 +18,7 @@ pub use batch::{
 };
 pub use corpus::{CORPUS_PACKAGES, Document, clean, fetch_corpus, read_corpus, split_held_out};
 pub use folder::{DataFolder, Manifest, TokenSplit};
-pub use masking::Masking;
+pub use masking::{MaskRates, Masking};
 pub use minimal_pairs::{MinimalPair, Paradigm, Sentence, read_minimal_pairs};
 pub use prepare::{PrepareOptions, prepare_folder};
 pub use schedule::BatchSchedule;

@@ -25,7 +25,7 @@ use tokenizers::{
 
 use mlm_core::{Masker, MaskingConfig, SpanMaskingConfig};
 
-use super::Masking;
+use super::{MaskRates, Masking};
 use crate::error::TrainError;
 
 /// BERT's special tokens, in the order a trained vocabulary assigns their ids (0..5).
@@ -316,18 +316,19 @@ impl SubwordTokenizer {
             })
     }
 
-    /// A masker over this vocabulary that never selects a special token, at
-    /// `mlm_probability` (BERT §3.1: 0.15) with 80/10/10 replacement; batch `k` of a run is
-    /// drawn with generator `k` of `seed` ([`Masker::resume_at`]). [`Masking::Span`] selects
+    /// A masker over this vocabulary that never selects a special token, at `rates`
+    /// (BERT §3.1: 15 % selected, 80/10/10 replaced); batch `k` of a run is drawn with
+    /// generator `k` of `seed` ([`Masker::resume_at`]). [`Masking::Span`] selects
     /// SpanBERT's spans ([`SpanMaskingConfig`] defaults: Geo(0.2), at most 10 words), whose
     /// word boundaries are this vocabulary's ([`TokenizerKind::continues_word`]).
     ///
     /// # Errors
-    /// [`mlm_core::MlmError`] for an `mlm_probability` outside (0, 1]; for span masking,
+    /// [`mlm_core::MlmError`] for an `mlm_probability` outside (0, 1] or replacement
+    /// shares outside [0, 1] or above 1 together; for span masking,
     /// [`TrainError::Tokenizer`] if the ids have gaps ([`vocab`](Self::vocab)).
     pub fn masker(
         &self,
-        mlm_probability: f64,
+        rates: MaskRates,
         masking: Masking,
         seed: u64,
     ) -> Result<Masker, TrainError> {
@@ -337,20 +338,30 @@ impl SubwordTokenizer {
             self.pad_id,
             self.special_ids.clone(),
         )
-        .with_mlm_probability(mlm_probability)
+        .with_mlm_probability(rates.mlm_probability)
+        .with_mask_replace_prob(rates.mask_replace_prob)
+        .with_random_replace_prob(rates.random_replace_prob)
         .with_seed(seed);
         Ok(match masking {
             Masking::Token => config.init()?,
             Masking::Span => config
                 .with_span(Some(SpanMaskingConfig::new()))
                 .init()?
-                .with_word_continuations(
-                    self.vocab()?
-                        .iter()
-                        .map(|token| self.kind.continues_word(token))
-                        .collect(),
-                )?,
+                .with_word_continuations(self.word_continuations()?)?,
         })
+    }
+
+    /// Which ids continue a word rather than start one, `[vocab_size]`
+    /// ([`TokenizerKind::continues_word`]).
+    ///
+    /// # Errors
+    /// [`TrainError::Tokenizer`] if the ids have gaps ([`vocab`](Self::vocab)).
+    pub fn word_continuations(&self) -> Result<Vec<bool>, TrainError> {
+        Ok(self
+            .vocab()?
+            .iter()
+            .map(|token| self.kind.continues_word(token))
+            .collect())
     }
 
     /// Number of tokens in the vocabulary.
@@ -542,7 +553,9 @@ mod tests {
             "{ids:?}"
         );
         let input = vec![ids.clone(); 200];
-        let mut masker = tokenizer.masker(0.3, Masking::Span, 7).unwrap();
+        let mut masker = tokenizer
+            .masker(MaskRates::bert(0.3), Masking::Span, 7)
+            .unwrap();
         let batch = masker.mask(&input).unwrap();
         assert!(batch.spans.iter().any(|(_, span)| span.len() > 1));
         for (_, span) in &batch.spans {
@@ -552,8 +565,32 @@ mod tests {
             );
             assert!(!is_piece(ids[span.end]), "span {span:?} ends inside a word");
         }
-        let mut masker = tokenizer.masker(0.3, Masking::Token, 7).unwrap();
+        let mut masker = tokenizer
+            .masker(MaskRates::bert(0.3), Masking::Token, 7)
+            .unwrap();
         let batch = masker.mask(&input).unwrap();
         assert!(batch.spans.iter().all(|(_, span)| span.len() == 1));
+        // BabyBERTa's rates: every selected token becomes [MASK]; BERT's leave some as they
+        // were (about 1 in 10 of ~1 000 selected).
+        let shown = |rates: MaskRates| {
+            let batch = tokenizer
+                .masker(rates, Masking::Token, 7)
+                .unwrap()
+                .mask(&input)
+                .unwrap();
+            let at = |&(row, col): &(usize, usize)| batch.input_ids[row][col];
+            let masked = batch
+                .masked_positions
+                .iter()
+                .filter(|p| at(p) == tokenizer.mask_id);
+            batch.masked_positions.len() - masked.count()
+        };
+        let all_masked = MaskRates {
+            mask_replace_prob: 1.0,
+            random_replace_prob: 0.0,
+            ..MaskRates::bert(0.3)
+        };
+        assert_eq!(shown(all_masked), 0);
+        assert!(shown(MaskRates::bert(0.3)) > 100);
     }
 }

@@ -1,16 +1,19 @@
 //! Grammar by minimal pairs: each sentence of a pair scored by its pseudo-log-likelihood
 //! ([`mlm_core::PseudoLogLikelihood`], Salazar et al. 2020), the pair right when the
-//! grammatical one scores higher (a tie is wrong), accuracy per paradigm and overall.
+//! grammatical one scores higher (a tie is wrong), accuracy per paradigm and overall, each
+//! beside the word-frequency baseline's ([`UnigramScorer`]).
 //!
 //! ```text
 //! Zorro .txt / BLiMP .jsonl ──read──▶ paradigms ──WordPiece──▶ ids ──PLL, batched──▶
 //!   good vs bad ──▶ accuracy per paradigm ──mean──▶ overall (chance: 50 %)
+//!                                      └──Σ log p_unigram──▶ the baseline's, the same way
 //! ```
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::tensor::Device;
+use clap::ValueEnum;
 use mlm_core::{MlmError, PseudoLogLikelihood, SpecialTokenIds, prefers_grammatical};
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +21,39 @@ use crate::data::{Paradigm, Sentence, SubwordTokenizer};
 use crate::error::TrainError;
 use crate::files::write_json;
 use crate::model::BertForMaskedLm;
+
+use super::UnigramScorer;
+
+/// How a sentence of a pair is scored (`--scoring`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scoring {
+    /// The pseudo-log-likelihood: each token masked alone (Salazar et al. 2020, §2.1).
+    #[default]
+    Pll,
+    /// PLL-word-l2r: each token masked with the rest of its word (Kauf & Ivanova 2023, §3).
+    PllWordL2r,
+}
+
+impl std::fmt::Display for Scoring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Pll => "pll",
+            Self::PllWordL2r => "pll-word-l2r",
+        })
+    }
+}
+
+/// How a suite is scored beside the model: how many pairs, which score, which baseline.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ScoringOptions<'a> {
+    /// At most this many pairs of each paradigm, the first ones (`None`: all).
+    pub max_pairs: Option<usize>,
+    /// The sentence score.
+    pub scoring: Scoring,
+    /// The word-frequency baseline to score the same pairs with, if any.
+    pub unigram: Option<&'a UnigramScorer>,
+}
 
 /// One paradigm's result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,6 +68,10 @@ pub struct ParadigmScore {
     pub ties: usize,
     /// `correct / pairs`.
     pub accuracy: f64,
+    /// The word-frequency baseline's accuracy on the same pairs ([`UnigramScorer`], ties
+    /// wrong); `null` for a run without training counts (an imported one).
+    #[serde(default)]
+    pub unigram_accuracy: Option<f64>,
 }
 
 /// A suite's result: per paradigm and overall.
@@ -47,6 +87,12 @@ pub struct MinimalPairsScore {
     /// At most this many pairs per paradigm were scored, the first ones of each file
     /// (`null`: all).
     pub max_pairs: Option<usize>,
+    /// The sentence score (a result made before the option existed: `pll`).
+    #[serde(default)]
+    pub scoring: Scoring,
+    /// The mean of the paradigms' `unigram_accuracy`: the word-frequency baseline.
+    #[serde(default)]
+    pub unigram_accuracy: Option<f64>,
     /// Per paradigm, in file-name order.
     pub paradigms: Vec<ParadigmScore>,
     /// Wall time of the scoring, seconds (tokenizing included).
@@ -54,14 +100,10 @@ pub struct MinimalPairsScore {
 }
 
 impl ParadigmScore {
-    /// The verdicts on a paradigm's pairs from their sentences' pseudo-log-likelihoods,
-    /// `[good, bad]` for each pair in turn.
-    fn of(name: &str, plls: &[f64]) -> Self {
-        let (mut correct, mut ties) = (0, 0);
-        for pll in plls.chunks_exact(2) {
-            correct += usize::from(prefers_grammatical(pll[0], pll[1]));
-            ties += usize::from(pll[0] == pll[1]);
-        }
+    /// The verdicts on a paradigm's pairs from their sentences' pseudo-log-likelihoods and,
+    /// where there is one, their unigram scores: `[good, bad]` for each pair in turn.
+    fn of(name: &str, plls: &[f64], unigram: Option<&[f64]>) -> Self {
+        let (correct, ties) = verdicts(plls);
         let pairs = plls.len() / 2;
         Self {
             name: name.into(),
@@ -69,12 +111,24 @@ impl ParadigmScore {
             correct,
             ties,
             accuracy: correct as f64 / pairs as f64,
+            unigram_accuracy: unigram.map(|scores| verdicts(scores).0 as f64 / pairs as f64),
         }
     }
 }
 
+/// `(right, tied)` pairs of `[good, bad]` scores.
+fn verdicts(scores: &[f64]) -> (usize, usize) {
+    scores.chunks_exact(2).fold((0, 0), |(right, tied), pair| {
+        (
+            right + usize::from(prefers_grammatical(pair[0], pair[1])),
+            tied + usize::from(pair[0] == pair[1]),
+        )
+    })
+}
+
 impl MinimalPairsScore {
-    /// The result as a table: one row per paradigm, then the overall row.
+    /// The result as a table: one row per paradigm, then the overall row; the `unigram`
+    /// column is the word-frequency baseline's accuracy.
     pub fn table(&self) -> String {
         let width = self
             .paradigms
@@ -83,20 +137,25 @@ impl MinimalPairsScore {
             .max()
             .unwrap_or(0)
             .max(7);
-        let mut out = format!("{:<width$}  accuracy  pairs  ties\n", "paradigm");
+        let percent =
+            |share: Option<f64>| share.map_or("n/a".into(), |s| format!("{:.1} %", 100.0 * s));
+        let mut out = format!("{:<width$}  accuracy   unigram  pairs  ties\n", "paradigm");
         for p in &self.paradigms {
             out += &format!(
-                "{:<width$}  {:>6.1} %  {:>5}  {:>4}\n",
+                "{:<width$}  {:>8}  {:>8}  {:>5}  {:>4}\n",
                 p.name,
-                100.0 * p.accuracy,
+                percent(Some(p.accuracy)),
+                percent(p.unigram_accuracy),
                 p.pairs,
                 p.ties
             );
         }
         out += &format!(
-            "{:<width$}  {:>6.1} %  {:>5}  (mean of {} paradigm{}; chance 50 %)",
+            "{:<width$}  {:>8}  {:>8}  {:>5}  (mean of {} paradigm{}; chance 50 %; unigram: the \
+             word-frequency baseline of the run's training tokens)",
             "overall",
-            100.0 * self.accuracy,
+            percent(Some(self.accuracy)),
+            percent(self.unigram_accuracy),
             self.pairs,
             self.paradigms.len(),
             if self.paradigms.len() == 1 { "" } else { "s" }
@@ -113,8 +172,9 @@ impl MinimalPairsScore {
     }
 }
 
-/// Scores the first `max_pairs` pairs (all with `None`) of every paradigm with `model`, all
-/// sentences of all paradigms in one batched [`PseudoLogLikelihood::score`].
+/// Scores the first `options.max_pairs` pairs (all with `None`) of every paradigm with
+/// `model`, all sentences of all paradigms in one batched [`PseudoLogLikelihood`] call, and
+/// with `options.unigram` (the word-frequency baseline) where one is given.
 ///
 /// # Errors
 /// [`TrainError::MinimalPairs`] for no paradigms or `max_pairs` 0, and naming the file and
@@ -125,10 +185,15 @@ pub fn score_minimal_pairs(
     tokenizer: &SubwordTokenizer,
     suite: &Path,
     paradigms: &[Paradigm],
-    max_pairs: Option<usize>,
+    options: &ScoringOptions,
     device: &Device,
 ) -> Result<MinimalPairsScore, TrainError> {
     let started = Instant::now();
+    let ScoringOptions {
+        max_pairs,
+        scoring,
+        unigram,
+    } = *options;
     if paradigms.is_empty() || max_pairs == Some(0) {
         return Err(TrainError::MinimalPairs {
             path: suite.to_path_buf(),
@@ -147,30 +212,47 @@ pub fn score_minimal_pairs(
             }
         }
     }
-    let plls = PseudoLogLikelihood::new(special_ids(tokenizer))
-        .score(model, &sentences, device)
-        .map_err(|error| match error {
-            MlmError::InvalidSentence { index, reason } => TrainError::MinimalPairs {
-                path: origins[index].0.clone(),
-                line: Some(origins[index].1),
-                reason,
-            },
-            other => other.into(),
-        })?;
+    let scorer = PseudoLogLikelihood::new(special_ids(tokenizer));
+    let plls = match scoring {
+        Scoring::Pll => scorer.score(model, &sentences, device),
+        Scoring::PllWordL2r => {
+            scorer.score_word_l2r(model, &sentences, &tokenizer.word_continuations()?, device)
+        }
+    }
+    .map_err(|error| match error {
+        MlmError::InvalidSentence { index, reason } => TrainError::MinimalPairs {
+            path: origins[index].0.clone(),
+            line: Some(origins[index].1),
+            reason,
+        },
+        other => other.into(),
+    })?;
+    let frequencies: Option<Vec<f64>> =
+        unigram.map(|scorer| sentences.iter().map(|ids| scorer.score(ids)).collect());
     let mut offset = 0;
     let paradigms: Vec<ParadigmScore> = paradigms
         .iter()
         .map(|paradigm| {
-            let scores = &plls[offset..offset + 2 * taken(paradigm)];
-            offset += scores.len();
-            ParadigmScore::of(&paradigm.name, scores)
+            let range = offset..offset + 2 * taken(paradigm);
+            offset = range.end;
+            let unigram = frequencies.as_ref().map(|scores| &scores[range.clone()]);
+            ParadigmScore::of(&paradigm.name, &plls[range], unigram)
         })
         .collect();
+    let mean = |share: &dyn Fn(&ParadigmScore) -> Option<f64>| {
+        paradigms
+            .iter()
+            .map(share)
+            .sum::<Option<f64>>()
+            .map(|sum| sum / paradigms.len() as f64)
+    };
     Ok(MinimalPairsScore {
         suite: suite.to_path_buf(),
-        accuracy: paradigms.iter().map(|p| p.accuracy).sum::<f64>() / paradigms.len() as f64,
+        accuracy: mean(&|p| Some(p.accuracy)).unwrap_or_default(),
+        unigram_accuracy: mean(&|p| p.unigram_accuracy),
         pairs: paradigms.iter().map(|p| p.pairs).sum(),
         max_pairs,
+        scoring,
         paradigms,
         seconds: started.elapsed().as_secs_f64(),
     })

@@ -5,7 +5,7 @@ use burn::tensor::Device;
 use mlm_core::{IGNORE_INDEX, MaskedCrossEntropy};
 
 use crate::config::TrainConfig;
-use crate::data::{Masking, SubwordTokenizer, make_batch};
+use crate::data::{MaskRates, Masking, SubwordTokenizer, make_batch};
 use crate::error::TrainError;
 use crate::model::BertForMaskedLm;
 use crate::seed::{Stream, derive_seed};
@@ -59,7 +59,7 @@ pub fn evaluate(
     device: &Device,
 ) -> Result<EvalMetrics, TrainError> {
     let mut masker = tokenizer.masker(
-        EVAL_MLM_PROBABILITY,
+        MaskRates::bert(EVAL_MLM_PROBABILITY),
         EVAL_MASKING,
         derive_seed(config.seed, Stream::HeldOutMasks, 0),
     )?;

@@ -118,6 +118,8 @@ impl RunDir {
             config.entry("init_from").or_insert(serde_json::Value::Null);
             config.entry("line_by_line").or_insert(false.into());
             config.entry("text_field").or_insert("text".into());
+            config.entry("mask_replace_prob").or_insert(0.8.into());
+            config.entry("random_replace_prob").or_insert(0.1.into());
             config
                 .entry("log_every")
                 .or_insert(DEFAULT_LOG_EVERY.into());

@@ -9,7 +9,7 @@ use burn::tensor::{Bool, Int, Tensor, TensorData};
 use crate::config::TrainConfig;
 use crate::data::{self, SubwordTokenizer};
 use crate::error::TrainError;
-use crate::eval::{EvalMetrics, evaluate};
+use crate::eval::{EvalMetrics, UnigramScorer, evaluate};
 use crate::model::BertForMaskedLm;
 use crate::run::checkpoint;
 use crate::run::dir::RunDir;
@@ -51,6 +51,24 @@ impl TrainedRun {
             model,
             dir,
         })
+    }
+
+    /// The word-frequency baseline of the run's training tokens: its data folder's counts,
+    /// or `None` for a run that has no data folder (an imported one).
+    ///
+    /// # Errors
+    /// [`TrainError::DataFolder`] for a data folder whose counts are broken
+    /// ([`data::DataFolder::read_unigram_counts`]).
+    pub fn unigram_scorer(&self) -> Result<Option<UnigramScorer>, TrainError> {
+        let folder = self.dir.data_path(&self.config);
+        if !folder.join("manifest.json").is_file() {
+            return Ok(None);
+        }
+        let counts = data::DataFolder::read_unigram_counts(&folder)?;
+        Ok(Some(UnigramScorer::fit(
+            &counts,
+            &self.tokenizer.special_ids,
+        )))
     }
 
     /// The `top_k` most probable tokens for each `[MASK]` in `text`.
