@@ -29,8 +29,9 @@
 //!   encoder that feeds the head.
 //!
 //! - [`PseudoLogLikelihood`] ([`scoring`]): a sentence's pseudo-log-likelihood under any
-//!   [`MaskedLanguageModel`], all masked copies of many sentences in one forward pass, and
-//!   [`prefers_grammatical`], the verdict on a minimal pair (Salazar et al. 2020).
+//!   [`MaskedLanguageModel`], all masked copies of many sentences in one forward pass (or
+//!   PLL-word-l2r, Kauf & Ivanova 2023), and [`prefers_grammatical`], the verdict on a
+//!   minimal pair (Salazar et al. 2020).
 //!
 //! - `learner` (with the `train` feature, so not linked here): `MlmBatcher`
 //!   and `MlmOutput`, the pieces burn-train's `DataLoader` and `Learner` need.
