@@ -31,7 +31,8 @@ pub enum Scoring {
     /// The pseudo-log-likelihood: each token masked alone (Salazar et al. 2020, §2.1).
     #[default]
     Pll,
-    /// PLL-word-l2r: each token masked with the rest of its word (Kauf & Ivanova 2023, §3).
+    /// PLL-word-l2r: each token masked with the later pieces of its word (Kauf & Ivanova
+    /// 2023, §3).
     PllWordL2r,
 }
 
