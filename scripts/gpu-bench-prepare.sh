@@ -49,7 +49,7 @@ if $cuda; then
 fi
 
 target/release/mlm-train fetch-corpus
-tar -czf "$carry/corpus.tar.gz" data/corpus
+tar -czf "$carry/corpus.tar.gz" data/plain-english
 
 (cd "$carry/debs" && apt-get download libvulkan1 libegl1 libgl1 libglvnd0 libglx0)
 

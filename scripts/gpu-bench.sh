@@ -39,10 +39,10 @@ if [ -d "$carry" ]; then
     fi
     chmod +x "$out/mlm-train"
     bin=$out/mlm-train
-    [ -d data/corpus ] || tar -xzf "$carry/corpus.tar.gz"
+    [ -d data/plain-english ] || tar -xzf "$carry/corpus.tar.gz"
 fi
 [ -x "$bin" ] || { echo "no $bin: run scripts/gpu-bench-prepare.sh first" >&2; exit 1; }
-[ -d data/corpus ] || "$bin" fetch-corpus
+[ -d data/plain-english ] || "$bin" fetch-corpus
 
 # The PyTorch peer needs transformers: the carried wheels where this python lacks it.
 if ! "$python" -c 'import transformers' 2>/dev/null && [ -d "$carry/wheels" ]; then

