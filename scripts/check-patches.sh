@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Each patched dependency in patches/ is its registry crate plus one diff, nothing else:
-# for every patches/NAME-VERSION.diff, download NAME VERSION from crates.io, check its
-# sha256 against the registry index, apply the diff, and require that the result equals
-# patches/NAME-VERSION/ (its src/ and Cargo.toml, the only files kept) byte for byte.
+# Each patched dependency, vendored in vendor/, is its registry crate plus one diff in
+# patches/, nothing else: for every patches/NAME-VERSION.diff, download NAME VERSION from
+# crates.io, check its sha256 against the registry index, apply the diff, and require that
+# the result equals vendor/NAME-VERSION/ (its src/ and Cargo.toml, the only files kept)
+# byte for byte.
 #
 #   scripts/check-patches.sh
 set -euo pipefail
@@ -25,10 +26,10 @@ print(next(e["cksum"] for e in map(json.loads, sys.stdin) if e["vers"] == versio
     echo "$expected  $work/$crate.crate" | sha256sum --check --quiet
     tar xzf "$work/$crate.crate" -C "$work"
     (cd "$work/$crate" && patch --quiet -p1 --no-backup-if-mismatch) <"$diff"
-    kept=$(cd "patches/$crate" && find . -type f | sort)
-    [ "$kept" = "$(cd "patches/$crate" && find ./src ./Cargo.toml -type f | sort)" ] || {
-        echo "patches/$crate holds files besides src/ and Cargo.toml" >&2; exit 1; }
-    diff -r "$work/$crate/src" "patches/$crate/src"
-    diff "$work/$crate/Cargo.toml" "patches/$crate/Cargo.toml"
-    echo "patches/$crate = $name $version from crates.io + $diff"
+    kept=$(cd "vendor/$crate" && find . -type f | sort)
+    [ "$kept" = "$(cd "vendor/$crate" && find ./src ./Cargo.toml -type f | sort)" ] || {
+        echo "vendor/$crate holds files besides src/ and Cargo.toml" >&2; exit 1; }
+    diff -r "$work/$crate/src" "vendor/$crate/src"
+    diff "$work/$crate/Cargo.toml" "vendor/$crate/Cargo.toml"
+    echo "vendor/$crate = $name $version from crates.io + $diff"
 done
