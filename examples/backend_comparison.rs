@@ -8,7 +8,7 @@
 
 use mlm_train::TrainError;
 use mlm_train::backend::BackendKind;
-use mlm_train::cli::bench::{BackendBenchConfig, compare_backends, markdown_table};
+use mlm_train::bench::{BackendBenchConfig, compare_backends, markdown_table};
 
 fn main() -> Result<(), TrainError> {
     let config = BackendBenchConfig::new().with_timed_steps(5);

@@ -29,7 +29,8 @@ use mlm_train::data::{
     DEFAULT_CORPUS, DataFolder, PrepareOptions, TokenSplit, default_packages, fetch_corpus,
     prepare_folder,
 };
-use mlm_train::data::{MaskRates, Masking};
+use mlm_core::MaskRates;
+use mlm_train::data::Masking;
 
 const SEQ_LEN: usize = 64;
 const BATCH: usize = 32;
@@ -149,7 +150,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let data = DataFolder::open(&data_dir)?;
     let masker = data
         .tokenizer
-        .masker(MaskRates::bert(0.15), Masking::Token, SEED)?;
+        .masker(MaskRates::BERT, Masking::Token, SEED)?;
     let batcher = MlmBatcher::new(masker);
 
     let device = Device::flex();

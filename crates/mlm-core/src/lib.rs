@@ -56,6 +56,6 @@ pub use loss::{
     IGNORE_INDEX, MaskedCrossEntropy, MaskedCrossEntropyConfig, MlmLossOutput, Reduction,
     masked_cross_entropy, masked_cross_entropy_with_labels,
 };
-pub use masking::{MaskedBatch, Masker, MaskingConfig, SpanMaskingConfig};
+pub use masking::{MaskRates, MaskedBatch, Masker, MaskingConfig, SpanMaskingConfig};
 pub use scoring::{MaskedLanguageModel, PseudoLogLikelihood, SpecialTokenIds, prefers_grammatical};
 pub use targets::MaskedTargets;

@@ -20,6 +20,76 @@ use burn::tensor::Device;
 
 use crate::{IGNORE_INDEX, MaskedTargets, MlmError};
 
+/// How much a masker selects and what it puts in the selected places: the three rates of
+/// BERT's corruption (Devlin et al. 2019, §3.1), with Hugging Face's
+/// `DataCollatorForLanguageModeling` names. The one place their defaults and their bounds
+/// live: [`MaskingConfig`] and a trainer's settings take them from here.
+///
+/// Serialized as its three fields; a field left out reads as BERT's
+/// ([`MaskRates::BERT`]), so a settings file may embed it flattened.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct MaskRates {
+    /// Share of the candidate tokens (or whole words) selected for prediction, in `[0, 1]`.
+    pub mlm_probability: f64,
+    /// Share of the selected tokens replaced by `[MASK]`, in `[0, 1]`.
+    pub mask_replace_prob: f64,
+    /// Share of the selected tokens replaced by a random non-special token, in `[0, 1 -
+    /// mask_replace_prob]`; the rest stay unchanged. Every selected token is graded against
+    /// its original id.
+    pub random_replace_prob: f64,
+}
+
+impl MaskRates {
+    /// BERT's rates: 15 % selected; of those 80 % `[MASK]`, 10 % random, 10 % unchanged.
+    pub const BERT: Self = Self {
+        mlm_probability: 0.15,
+        mask_replace_prob: 0.8,
+        random_replace_prob: 0.1,
+    };
+
+    /// BERT's 80/10/10 at `mlm_probability`.
+    pub fn bert(mlm_probability: f64) -> Self {
+        Self {
+            mlm_probability,
+            ..Self::BERT
+        }
+    }
+
+    /// Checks the bounds: each rate a probability, the two replacement shares together at
+    /// most 1 (compared as their sum: `0.9 + 0.1` is 1, `1 - 0.9` is below 0.1 in f64).
+    ///
+    /// # Errors
+    /// [`MlmError::InvalidProbability`] naming the first rate outside `[0, 1]` (NaN
+    /// included); [`MlmError::ReplaceProbabilitiesExceedOne`] if `mask_replace_prob +
+    /// random_replace_prob > 1`.
+    pub fn validate(&self) -> Result<(), MlmError> {
+        for (name, value) in [
+            ("mlm_probability", self.mlm_probability),
+            ("mask_replace_prob", self.mask_replace_prob),
+            ("random_replace_prob", self.random_replace_prob),
+        ] {
+            if !(0.0..=1.0).contains(&value) {
+                return Err(MlmError::InvalidProbability { name, value });
+            }
+        }
+        if self.mask_replace_prob + self.random_replace_prob > 1.0 {
+            return Err(MlmError::ReplaceProbabilitiesExceedOne {
+                mask_replace_prob: self.mask_replace_prob,
+                random_replace_prob: self.random_replace_prob,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Default for MaskRates {
+    /// [`MaskRates::BERT`].
+    fn default() -> Self {
+        Self::BERT
+    }
+}
+
 /// Configuration of a [`Masker`]; [`init`](Self::init) validates it.
 ///
 /// # Example
@@ -55,15 +125,18 @@ pub struct MaskingConfig {
     /// Further ids never selected and never drawn as random replacements: `[CLS]`,
     /// `[SEP]`, `[UNK]`, and any others (e.g. bert-base's `[unusedN]`).
     pub special_token_ids: Vec<u32>,
-    /// Probability that a candidate token (or whole word) is selected for prediction.
-    #[config(default = 0.15)]
+    /// Probability that a candidate token (or whole word) is selected for prediction
+    /// ([`MaskRates::mlm_probability`]).
+    #[config(default = "MaskRates::BERT.mlm_probability")]
     pub mlm_probability: f64,
-    /// Probability that a selected token is replaced by `[MASK]`.
-    #[config(default = 0.8)]
+    /// Probability that a selected token is replaced by `[MASK]`
+    /// ([`MaskRates::mask_replace_prob`]).
+    #[config(default = "MaskRates::BERT.mask_replace_prob")]
     pub mask_replace_prob: f64,
-    /// Probability that a selected token is replaced by a random non-special token.
-    /// The rest, `1 - mask_replace_prob - random_replace_prob`, stays unchanged.
-    #[config(default = 0.1)]
+    /// Probability that a selected token is replaced by a random non-special token
+    /// ([`MaskRates::random_replace_prob`]). The rest, `1 - mask_replace_prob -
+    /// random_replace_prob`, stays unchanged.
+    #[config(default = "MaskRates::BERT.random_replace_prob")]
     pub random_replace_prob: f64,
     /// Each sequence with at least this many candidate tokens gets at least this many
     /// predictions (BERT's data pipeline guarantees 1).
@@ -87,11 +160,31 @@ pub struct MaskingConfig {
 }
 
 impl MaskingConfig {
+    /// The three rates of this configuration.
+    pub fn rates(&self) -> MaskRates {
+        MaskRates {
+            mlm_probability: self.mlm_probability,
+            mask_replace_prob: self.mask_replace_prob,
+            random_replace_prob: self.random_replace_prob,
+        }
+    }
+
+    /// This configuration with `rates` (checked by [`init`](Self::init)).
+    pub fn with_rates(self, rates: MaskRates) -> Self {
+        Self {
+            mlm_probability: rates.mlm_probability,
+            mask_replace_prob: rates.mask_replace_prob,
+            random_replace_prob: rates.random_replace_prob,
+            ..self
+        }
+    }
+
     /// Validates the configuration and builds a [`Masker`].
     ///
     /// # Errors
-    /// - [`MlmError::InvalidProbability`] if a probability is not in `[0, 1]`;
-    /// - [`MlmError::ReplaceProbabilitiesExceedOne`] if `mask_replace_prob + random_replace_prob > 1`;
+    /// - those of [`MaskRates::validate`]: [`MlmError::InvalidProbability`] if a probability
+    ///   is not in `[0, 1]`, [`MlmError::ReplaceProbabilitiesExceedOne`] if
+    ///   `mask_replace_prob + random_replace_prob > 1`;
     /// - [`MlmError::TokenIdOutOfVocab`] if `mask_token_id`, `pad_token_id` or a special id
     ///   is `>= vocab_size`;
     /// - [`MlmError::MaskIsPad`] if `mask_token_id == pad_token_id`;
@@ -101,21 +194,7 @@ impl MaskingConfig {
     /// - [`MlmError::InvalidSpanMasking`] if `span` is set with `geometric_p` outside `(0, 1]`
     ///   or `max_span_words` of 0.
     pub fn init(&self) -> Result<Masker, MlmError> {
-        for (name, value) in [
-            ("mlm_probability", self.mlm_probability),
-            ("mask_replace_prob", self.mask_replace_prob),
-            ("random_replace_prob", self.random_replace_prob),
-        ] {
-            if !(0.0..=1.0).contains(&value) {
-                return Err(MlmError::InvalidProbability { name, value });
-            }
-        }
-        if self.mask_replace_prob + self.random_replace_prob > 1.0 {
-            return Err(MlmError::ReplaceProbabilitiesExceedOne {
-                mask_replace_prob: self.mask_replace_prob,
-                random_replace_prob: self.random_replace_prob,
-            });
-        }
+        self.rates().validate()?;
         if self.vocab_size == 0 {
             return Err(MlmError::VocabTooSmall {
                 vocab_size: 0,

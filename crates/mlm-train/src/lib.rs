@@ -40,6 +40,8 @@ pub mod eval;
 pub mod run;
 
 pub mod train;
+// The backend benchmark, on the trainer's step; then the command line over all of it.
+pub mod bench;
 
 pub mod cli;
 

@@ -7,18 +7,34 @@ use std::path::PathBuf;
 use clap::builder::PossibleValuesParser;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
-use crate::TrainConfig;
 use crate::backend::BackendKind;
-use crate::cli::bench::BackendBenchConfig;
-use crate::config::{WeightDecayOn, config_with_overrides};
+use crate::bench::BackendBenchConfig;
+use crate::config::{TrainConfig, WeightDecayOn, config_with_overrides};
 use crate::data::{
     DEFAULT_CORPUS, DEFAULT_PACKAGES, Manifest, Masking, PACKAGES, PrepareOptions, SubwordTokenizer,
 };
 use crate::duration::parse_time_budget;
 use crate::error::TrainError;
 use crate::eval::Scoring;
-use crate::model::BertConfig;
 use crate::model::hf::Pretrained;
+
+/// The flags of a command that set a field of its configuration: one table for setting
+/// them and for showing their defaults in the command's help.
+macro_rules! config_flags {
+    ($args:ident => $config:ident { $($flag:ident => $($field:ident).+),* $(,)? }) => {
+        impl $args {
+            /// Sets the field of each flag given.
+            fn apply_flags(&self, c: &mut $config) {
+                $(if let Some(v) = self.$flag.clone() { c.$($field).+ = v; })*
+            }
+
+            /// `(flag, default)` for each flag, from `defaults`.
+            fn flag_defaults(defaults: &$config) -> Vec<(&'static str, String)> {
+                vec![$((stringify!($flag), defaults.$($field).+.to_string())),*]
+            }
+        }
+    };
+}
 
 #[derive(Parser)]
 #[command(
@@ -135,56 +151,56 @@ pub(crate) struct BackendsArgs {
     #[arg(long, value_enum, value_delimiter = ',')]
     pub(crate) backends: Vec<BackendKind>,
     /// Sequences per batch.
-    #[arg(long, default_value_t = 32)]
-    pub(crate) batch_size: usize,
+    #[arg(long)]
+    pub(crate) batch_size: Option<usize>,
     /// Tokens per sequence.
-    #[arg(long, default_value_t = 128)]
-    pub(crate) seq_len: usize,
+    #[arg(long)]
+    pub(crate) seq_len: Option<usize>,
     /// Vocabulary size.
-    #[arg(long, default_value_t = 8192)]
-    pub(crate) vocab_size: usize,
+    #[arg(long)]
+    pub(crate) vocab_size: Option<usize>,
     /// Hidden size d_model.
-    #[arg(long, default_value_t = 128)]
-    pub(crate) hidden_size: usize,
+    #[arg(long)]
+    pub(crate) hidden_size: Option<usize>,
     /// Encoder layers.
-    #[arg(long, default_value_t = 2)]
-    pub(crate) layers: usize,
+    #[arg(long)]
+    pub(crate) layers: Option<usize>,
     /// Attention heads.
-    #[arg(long, default_value_t = 2)]
-    pub(crate) heads: usize,
+    #[arg(long)]
+    pub(crate) heads: Option<usize>,
     /// Feed-forward width.
-    #[arg(long, default_value_t = 512)]
-    pub(crate) intermediate_size: usize,
+    #[arg(long)]
+    pub(crate) intermediate_size: Option<usize>,
     /// Untimed warm-up steps per backend.
-    #[arg(long, default_value_t = 3)]
-    pub(crate) warmup_steps: usize,
+    #[arg(long)]
+    pub(crate) warmup_steps: Option<usize>,
     /// Timed steps per backend (the median is reported).
-    #[arg(long, default_value_t = 10)]
-    pub(crate) timed_steps: usize,
+    #[arg(long)]
+    pub(crate) timed_steps: Option<usize>,
     /// Shards of the batch run on their own threads, as the trainer's `--parallel-shards`.
-    #[arg(long, default_value_t = 2)]
-    pub(crate) parallel_shards: usize,
+    #[arg(long)]
+    pub(crate) parallel_shards: Option<usize>,
     /// Where to write the rows as JSON.
     #[arg(long, default_value = "runs/bench/backends.json")]
     pub(crate) json: PathBuf,
 }
 
+config_flags!(BackendsArgs => BackendBenchConfig {
+    batch_size => batch_size, seq_len => seq_len, vocab_size => model.vocab_size,
+    hidden_size => model.hidden_size, layers => model.num_hidden_layers,
+    heads => model.num_attention_heads, intermediate_size => model.intermediate_size,
+    warmup_steps => warmup_steps, timed_steps => timed_steps,
+    parallel_shards => parallel_shards,
+});
+
 impl BackendsArgs {
+    /// The benchmark's configuration: its defaults, then each flag given; the position
+    /// table holds the sequences.
     pub(crate) fn config(&self) -> BackendBenchConfig {
-        BackendBenchConfig::new()
-            .with_model(
-                BertConfig::new(self.vocab_size)
-                    .with_hidden_size(self.hidden_size)
-                    .with_num_hidden_layers(self.layers)
-                    .with_num_attention_heads(self.heads)
-                    .with_intermediate_size(self.intermediate_size)
-                    .with_max_position_embeddings(self.seq_len),
-            )
-            .with_batch_size(self.batch_size)
-            .with_seq_len(self.seq_len)
-            .with_warmup_steps(self.warmup_steps)
-            .with_timed_steps(self.timed_steps)
-            .with_parallel_shards(self.parallel_shards)
+        let mut config = BackendBenchConfig::new();
+        self.apply_flags(&mut config);
+        config.model.max_position_embeddings = config.seq_len;
+        config
     }
 }
 
@@ -350,25 +366,7 @@ pub(crate) struct TrainArgs {
     pub(crate) pairs: MinimalPairsArgs,
 }
 
-/// The flags of `train` that set a `TrainConfig` field: one table for setting them and for
-/// showing their defaults in `train --help`.
-macro_rules! config_flags {
-    ($($flag:ident => $($field:ident).+),* $(,)?) => {
-        impl TrainArgs {
-            /// Sets the field of each flag given.
-            fn apply_flags(&self, c: &mut TrainConfig) {
-                $(if let Some(v) = self.$flag.clone() { c.$($field).+ = v; })*
-            }
-
-            /// `(flag, default)` for each flag, from `defaults`.
-            fn flag_defaults(defaults: &TrainConfig) -> Vec<(&'static str, String)> {
-                vec![$((stringify!($flag), defaults.$($field).+.to_string())),*]
-            }
-        }
-    };
-}
-
-config_flags!(
+config_flags!(TrainArgs => TrainConfig {
     max_steps => max_steps, batch_size => batch_size,
     parallel_shards => parallel_shards,
     grad_accumulation => grad_accumulation, learning_rate => learning_rate,
@@ -378,29 +376,32 @@ config_flags!(
     heads => model.num_attention_heads, intermediate_size => model.intermediate_size,
     eval_every => eval_every, log_every => log_every, checkpoint_every => checkpoint_every,
     seed => seed,
-    mlm_probability => mlm_probability, masking => masking,
-    mask_replace_prob => mask_replace_prob, random_replace_prob => random_replace_prob,
+    mlm_probability => mask_rates.mlm_probability, masking => masking,
+    mask_replace_prob => mask_rates.mask_replace_prob,
+    random_replace_prob => mask_rates.random_replace_prob,
     weight_decay => weight_decay, weight_decay_on => weight_decay_on,
     local_attention_init => model.local_attention_init,
     dropout => model.hidden_dropout_prob,
-);
+});
 
 impl TrainArgs {
-    /// The configuration: defaults, then `--config`, then each flag given.
+    /// The configuration as asked: the defaults, a continued run's from its `--init-from`
+    /// checkpoint (its model and tokenizer: [`TrainConfig::continue_from`]), then
+    /// `--config` (which may change only the checkpoint's dropout), then each flag given;
+    /// `--data`'s folder gives the sequence length unless one is asked for.
+    /// [`crate::config::Settings::resolve`] makes it final.
     pub(crate) fn config(&self) -> Result<TrainConfig, TrainError> {
-        let defaults = TrainConfig::new(DEFAULT_CORPUS.into());
-        let mut c = match &self.config {
-            Some(path) => config_with_overrides(path, &defaults)?,
-            None => defaults,
-        };
-        if let Some(corpus) = &self.corpus {
-            c.corpus = corpus.clone();
-        }
-        // Before the flags: --max-seq-len is checked against the checkpoint's positions
-        // below, and --dropout may replace the checkpoint's.
+        let mut c = TrainConfig::new(DEFAULT_CORPUS.into());
         if let Some(dir) = &self.init_from {
+            // The checkpoint's positions must hold the sequence length asked for.
             c.max_seq_len = self.max_seq_len.unwrap_or(c.max_seq_len);
             c.continue_from(&Pretrained::read(dir)?)?;
+        }
+        if let Some(path) = &self.config {
+            c = config_with_overrides(path, &c)?;
+        }
+        if let Some(corpus) = &self.corpus {
+            c.corpus = corpus.clone();
         }
         self.apply_flags(&mut c);
         c.line_by_line |= self.line_by_line;
@@ -491,17 +492,26 @@ impl Command {
     }
 }
 
-/// The command line, with the effective defaults of `train`'s configuration flags in its
-/// help. The flags themselves stay unset unless given, so that they override `--config`.
+/// The command line, with the effective defaults of `train`'s and `bench backends`'
+/// configuration flags in their help. The flags themselves stay unset unless given, so that
+/// they override `--config` (and the benchmark's configuration).
 pub fn command() -> clap::Command {
-    let defaults = TrainArgs::flag_defaults(&TrainConfig::new(DEFAULT_CORPUS.into()));
-    Cli::command().mut_subcommand("train", |mut train| {
-        for (flag, default) in defaults {
-            train = train.mut_arg(flag, |arg| {
-                let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
-                arg.help(format!("{help} [default: {default}]"))
-            });
-        }
-        train
-    })
+    let train = TrainArgs::flag_defaults(&TrainConfig::new(DEFAULT_CORPUS.into()));
+    let backends = BackendsArgs::flag_defaults(&BackendBenchConfig::new());
+    Cli::command()
+        .mut_subcommand("train", |command| with_defaults(command, train))
+        .mut_subcommand("bench", |bench| {
+            bench.mut_subcommand("backends", |command| with_defaults(command, backends))
+        })
+}
+
+/// `command` with `[default: …]` after the help of each flag in `defaults`.
+fn with_defaults(mut command: clap::Command, defaults: Vec<(&str, String)>) -> clap::Command {
+    for (flag, default) in defaults {
+        command = command.mut_arg(flag, |arg| {
+            let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            arg.help(format!("{help} [default: {default}]"))
+        });
+    }
+    command
 }

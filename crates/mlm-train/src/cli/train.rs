@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::cli::args::TrainArgs;
-use crate::cli::commands::{exit_status, fetch_and_report, loss_by_input};
+use crate::cli::output::{exit_status, fetch_and_report, loss_by_input};
 use crate::data::{DEFAULT_CORPUS, Masking, default_packages};
 use crate::duration::human_duration;
 use crate::error::TrainError;
@@ -13,6 +13,7 @@ use crate::run::RunDir;
 use crate::run::report::Summary;
 use crate::train::distributed::ProcessGroup;
 use crate::train::stop::{self, StopSignal};
+use crate::train::session::RunContext;
 use crate::train::{resume_with, train_with};
 
 /// `train`: a new run or a resume, alone or as one rank of a data-parallel run that an MPI
@@ -63,16 +64,10 @@ fn train_as(args: &TrainArgs, group: Option<&ProcessGroup>) -> Result<u8, TrainE
     let rank = group.map_or(0, |group| group.rank);
     let summary = {
         let device = args.backend.device()?;
-        let backend = args.backend.name();
+        let run = args.resume.as_ref().unwrap_or(&args.run);
+        let context = RunContext::new(run, &device, args.backend.name()).with_group(group);
         match &args.resume {
-            Some(dir) => resume_with(
-                dir,
-                args.max_steps,
-                args.time_budget,
-                &device,
-                backend,
-                group,
-            ),
+            Some(_) => resume_with(args.max_steps, args.time_budget, &context),
             None => {
                 let mut config = args.config()?;
                 config.world_size = group.map_or(1, |group| group.world_size);
@@ -81,7 +76,7 @@ fn train_as(args: &TrainArgs, group: Option<&ProcessGroup>) -> Result<u8, TrainE
                 {
                     fetch_and_report(&config.corpus, &default_packages())?;
                 }
-                train_with(config, &args.run, &device, backend, group)
+                train_with(config, &context)
             }
         }
     }?;

@@ -1,5 +1,5 @@
-//! How a training batch selects what to predict (single tokens or spans of whole words),
-//! and at what rates.
+//! How a training batch selects what to predict: single tokens or spans of whole words (at
+//! the rates of mlm-core's [`mlm_core::MaskRates`]).
 
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
@@ -24,28 +24,5 @@ impl std::fmt::Display for Masking {
             Self::Token => "token",
             Self::Span => "span",
         })
-    }
-}
-
-/// How much a masker selects and what it puts in the selected places (BERT, Devlin et al.
-/// 2019, §3.1; Hugging Face's `DataCollatorForLanguageModeling` names).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct MaskRates {
-    /// Share of the non-special tokens selected for prediction.
-    pub mlm_probability: f64,
-    /// Share of the selected tokens replaced by `[MASK]`.
-    pub mask_replace_prob: f64,
-    /// Share of the selected tokens replaced by a random token; the rest stay unchanged.
-    pub random_replace_prob: f64,
-}
-
-impl MaskRates {
-    /// BERT's 80/10/10 at `mlm_probability`.
-    pub fn bert(mlm_probability: f64) -> Self {
-        Self {
-            mlm_probability,
-            mask_replace_prob: 0.8,
-            random_replace_prob: 0.1,
-        }
     }
 }

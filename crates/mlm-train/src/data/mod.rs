@@ -21,7 +21,7 @@ pub use corpus::{
     clean, default_packages, fetch_corpus, package, read_corpus, split_held_out,
 };
 pub use folder::{DataFolder, Manifest, TokenSplit};
-pub use masking::{MaskRates, Masking};
+pub use masking::Masking;
 pub use minimal_pairs::{MinimalPair, Paradigm, Sentence, read_minimal_pairs};
 pub use prepare::{PrepareOptions, prepare_folder};
 pub use schedule::BatchSchedule;

@@ -23,9 +23,9 @@ use tokenizers::{
     PreTokenizer, Tokenizer,
 };
 
-use mlm_core::{Masker, MaskingConfig, SpanMaskingConfig};
+use mlm_core::{MaskRates, Masker, MaskingConfig, SpanMaskingConfig};
 
-use super::{MaskRates, Masking};
+use super::Masking;
 use crate::error::TrainError;
 
 /// BERT's special tokens, in the order a trained vocabulary assigns their ids (0..5).
@@ -323,8 +323,8 @@ impl SubwordTokenizer {
     /// word boundaries are this vocabulary's ([`TokenizerKind::continues_word`]).
     ///
     /// # Errors
-    /// [`mlm_core::MlmError`] for an `mlm_probability` outside (0, 1] or replacement
-    /// shares outside [0, 1] or above 1 together; for span masking,
+    /// [`mlm_core::MlmError`] for rates that [`MaskRates::validate`] refuses; for span
+    /// masking,
     /// [`TrainError::Tokenizer`] if the ids have gaps ([`vocab`](Self::vocab)).
     pub fn masker(
         &self,
@@ -338,9 +338,7 @@ impl SubwordTokenizer {
             self.pad_id,
             self.special_ids.clone(),
         )
-        .with_mlm_probability(rates.mlm_probability)
-        .with_mask_replace_prob(rates.mask_replace_prob)
-        .with_random_replace_prob(rates.random_replace_prob)
+        .with_rates(rates)
         .with_seed(seed);
         Ok(match masking {
             Masking::Token => config.init()?,

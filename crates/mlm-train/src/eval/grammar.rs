@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::data::{Paradigm, Sentence, SubwordTokenizer};
 use crate::error::TrainError;
 use crate::files::write_json;
-use crate::model::BertForMaskedLm;
+use crate::model::MaskedLm;
 
 use super::UnigramScorer;
 
@@ -185,7 +185,7 @@ impl MinimalPairsScore {
 /// line of a sentence the tokenizer cannot encode (a word that becomes `[UNK]`, nothing left after normalisation) or one longer than
 /// the model's positions; the model's errors.
 pub fn score_minimal_pairs(
-    model: &BertForMaskedLm,
+    model: &impl MaskedLm,
     tokenizer: &SubwordTokenizer,
     suite: &Path,
     paradigms: &[Paradigm],

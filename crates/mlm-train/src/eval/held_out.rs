@@ -2,12 +2,12 @@
 //! masked the same way at every call, split by what the input showed at the graded positions.
 
 use burn::tensor::Device;
-use mlm_core::{IGNORE_INDEX, MaskedCrossEntropy};
+use mlm_core::{IGNORE_INDEX, MaskRates, MaskedCrossEntropy};
 
 use crate::config::TrainConfig;
-use crate::data::{MaskRates, Masking, SubwordTokenizer, make_batch};
+use crate::data::{Masking, SubwordTokenizer, make_batch};
 use crate::error::TrainError;
-use crate::model::BertForMaskedLm;
+use crate::model::MaskedLm;
 use crate::seed::{Stream, derive_seed};
 
 /// Held-out metrics.
@@ -36,9 +36,9 @@ impl EvalMetrics {
     }
 }
 
-/// Held-out batches are masked at BERT's 15 % whatever the training rate, so that held-out
-/// losses of runs with different `mlm_probability` compare.
-pub const EVAL_MLM_PROBABILITY: f64 = 0.15;
+/// Held-out batches are masked at BERT's rates (15 %, then 80/10/10) whatever the training
+/// rates, so that held-out losses of runs with different `mask_rates` compare.
+pub const EVAL_MASK_RATES: MaskRates = MaskRates::BERT;
 
 /// Held-out batches use token masking whatever the training batches use (`--masking span`),
 /// so that held-out losses of runs with different masking compare: every run is graded on
@@ -47,19 +47,19 @@ pub const EVAL_MLM_PROBABILITY: f64 = 0.15;
 pub const EVAL_MASKING: Masking = Masking::Token;
 
 /// Masked-LM loss and accuracy over `sequences`, masked with a fixed seed (the same masks
-/// at every call) by token masking at [`EVAL_MLM_PROBABILITY`], without autodiff.
+/// at every call) by token masking at [`EVAL_MASK_RATES`], without autodiff.
 ///
 /// # Errors
 /// Masker and loss errors.
 pub fn evaluate(
-    model: &BertForMaskedLm,
+    model: &impl MaskedLm,
     sequences: &[Vec<u32>],
     tokenizer: &SubwordTokenizer,
     config: &TrainConfig,
     device: &Device,
 ) -> Result<EvalMetrics, TrainError> {
     let mut masker = tokenizer.masker(
-        MaskRates::bert(EVAL_MLM_PROBABILITY),
+        EVAL_MASK_RATES,
         EVAL_MASKING,
         derive_seed(config.seed, Stream::HeldOutMasks, 0),
     )?;

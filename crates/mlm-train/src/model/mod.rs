@@ -1,11 +1,47 @@
-//! The model: a BERT encoder with mlm-core's head ([`bert`]), and its Hugging Face format
-//! ([`hf`]).
+//! The models, one folder per architecture ([`bert`]), the registry of the Hugging Face
+//! families they compute ([`family`]), and the Hugging Face format they share ([`hf`]).
+//!
+//! The shared pieces are named once: mlm-core's head and loss (every family's model ends in
+//! an [`mlm_core::MlmHead`] and is graded by [`mlm_core::MaskedCrossEntropy`]), and
+//! [`MaskedLm`], what the trainer, evaluation and fill-mask ask of a model.
 
 pub mod bert;
+pub mod family;
 pub mod hf;
+
+use burn::tensor::{Bool, Int, Tensor};
+use mlm_core::{MaskedLanguageModel, MlmError};
+
+use crate::data::DeviceBatch;
 
 pub use bert::{
     BertAttention, BertConfig, BertEmbeddings, BertForMaskedLm, BertLayer, BertResidual,
-    BertSelfAttention, ModelFamily, evenly_spread_positions, neighbour_query_key,
-    sinusoidal_positions,
+    BertSelfAttention, evenly_spread_positions, neighbour_query_key, sinusoidal_positions,
 };
+pub use family::{Architecture, FAMILIES, Family, ModelFamily};
+
+/// A masked-language model of any family, as the training step, held-out evaluation,
+/// fill-mask and minimal-pair scoring ([`MaskedLanguageModel`]) drive it: token ids in,
+/// logits out, graded rows gathered before the head (sparse prediction).
+pub trait MaskedLm: MaskedLanguageModel + Send + Sync {
+    /// Logits at the masked positions of `batch`, `[n_masked, vocab_size]`.
+    ///
+    /// # Errors
+    /// [`MlmError::ShapeMismatch`] if `batch.targets` were checked for another batch shape
+    /// or vocabulary.
+    fn forward_batch(&self, batch: DeviceBatch) -> Result<Tensor<2>, MlmError>;
+
+    /// Logits at every position of one segment, `[batch, seq, vocab_size]` (fill-mask).
+    ///
+    /// # Shapes
+    /// - input_ids: `[batch, seq]`
+    /// - padding_mask: `[batch, seq]`, `true` at padding
+    ///
+    /// # Errors
+    /// None in practice for a model built by its configuration: the head's shapes are fixed.
+    fn all_logits(
+        &self,
+        input_ids: Tensor<2, Int>,
+        padding_mask: Tensor<2, Bool>,
+    ) -> Result<Tensor<3>, MlmError>;
+}

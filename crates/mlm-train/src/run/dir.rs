@@ -5,9 +5,8 @@ use std::path::{Path, PathBuf};
 
 use super::checkpoint::{self, RunState};
 use super::lock::RunLock;
-use crate::config::{DEFAULT_LOG_EVERY, TrainConfig, WeightDecayOn};
-use crate::data::{self, Masking, SubwordTokenizer};
-use crate::duration::human_duration;
+use crate::config::{Settings, TrainConfig, saved_config};
+use crate::data::{self, SubwordTokenizer};
 use crate::error::{ConfigError, TrainError};
 use crate::files::{io, read_json, write_json};
 use crate::model::BertForMaskedLm;
@@ -41,6 +40,15 @@ impl RunDir {
     pub fn lock_file(&self) -> PathBuf {
         self.0.join(".lock")
     }
+    /// Makes this process the run's only writer until the returned lock is dropped
+    /// ([`RunLock::acquire`] on [`lock_file`](Self::lock_file)).
+    ///
+    /// # Errors
+    /// As [`RunLock::acquire`].
+    pub fn lock(&self) -> Result<RunLock, TrainError> {
+        RunLock::acquire(&self.0, &self.lock_file())
+    }
+
     /// Where the run's data folder is: `config.data`, else the run's own [`data`](Self::data).
     pub fn data_path(&self, config: &TrainConfig) -> PathBuf {
         config.data.clone().unwrap_or_else(|| self.data())
@@ -84,12 +92,8 @@ impl RunDir {
         Ok(())
     }
 
-    /// Loads the run's configuration. A run made before a model flag existed
-    /// (`sinusoidal_positions`, `local_attention_init`) was made without it: the flag reads
-    /// as `false`; one made before `world_size` existed ran as one process, one made
-    /// before `masking` existed used token masking, one made before `weight_decay_on`
-    /// existed decayed every parameter, and one made before `log_every` existed takes its
-    /// default (it changes when metrics are read, never what they are).
+    /// Loads the run's configuration, as a run made before a setting existed was made
+    /// ([`saved_config`]).
     ///
     /// # Errors
     /// [`TrainError::InvalidInput`] if the folder has no `config.json` (it is not a run);
@@ -104,33 +108,7 @@ impl RunDir {
                 self.0.display()
             )));
         }
-        let mut value: serde_json::Value = read_json(&path)?;
-        if let Some(model) = value.get_mut("model").and_then(|m| m.as_object_mut()) {
-            for flag in ["sinusoidal_positions", "local_attention_init"] {
-                model.entry(flag).or_insert(false.into());
-            }
-            model.entry("family").or_insert("bert".into());
-            model.entry("position_offset").or_insert(0.into());
-        }
-        if let Some(config) = value.as_object_mut() {
-            config.entry("world_size").or_insert(1.into());
-            config.entry("data").or_insert(serde_json::Value::Null);
-            config.entry("init_from").or_insert(serde_json::Value::Null);
-            config.entry("line_by_line").or_insert(false.into());
-            config.entry("text_field").or_insert("text".into());
-            config.entry("mask_replace_prob").or_insert(0.8.into());
-            config.entry("random_replace_prob").or_insert(0.1.into());
-            config
-                .entry("log_every")
-                .or_insert(DEFAULT_LOG_EVERY.into());
-            config
-                .entry("masking")
-                .or_insert(Masking::Token.to_string().into());
-            config
-                .entry("weight_decay_on")
-                .or_insert(WeightDecayOn::All.to_string().into());
-        }
-        crate::config::config_from_json(value, &path)
+        saved_config(read_json(&path)?, &path)
     }
 }
 
@@ -191,8 +169,9 @@ impl NewRun {
 pub struct ResumedRun {
     /// The directory.
     pub dir: RunDir,
-    /// Its configuration, with the new `max_steps` or `time_budget_seconds` if one was given.
-    pub config: TrainConfig,
+    /// Its settings, with the new `max_steps` or `time_budget_seconds` if one was given
+    /// ([`Settings::reopen`]).
+    pub config: Settings,
     /// Its tokenizer.
     pub tokenizer: SubwordTokenizer,
     /// The checkpoint folder to continue from.
@@ -228,7 +207,7 @@ impl ResumedRun {
         } else {
             None
         };
-        let mut config = dir.load_config()?;
+        let config = dir.load_config()?;
         let from = checkpoint::latest(path).map_err(|e| no_checkpoint(e, path))?;
         checkpoint::check_format(&from)?;
         let done: RunState = read_json(&from.join("state.json"))?;
@@ -240,7 +219,8 @@ impl ResumedRun {
                 from.display()
             )));
         }
-        continue_to(&mut config, &done, path, max_steps, time_budget_seconds)?;
+        let at = (done.step, done.elapsed_seconds);
+        let config = Settings::reopen(config, path, at, max_steps, time_budget_seconds)?;
         let tokenizer = SubwordTokenizer::from_file(&dir.tokenizer())?;
         if tokenizer.vocab_size() != config.model.vocab_size {
             let reason = format!(
@@ -270,58 +250,6 @@ impl ResumedRun {
     }
 }
 
-/// Sets where the run in `path` (`config`, at `done`) ends when resumed, and checks that it
-/// has something left to train: a new `max_steps` for a run by step count, a new total
-/// `time_budget` for a run by the clock; a run keeps its kind.
-///
-/// # Errors
-/// [`TrainError::BudgetSpent`] for a run by the clock with no time left;
-/// [`ConfigError`] for a run by step count at its `max_steps`, for a setting of the
-/// other kind of run, or one that [`TrainConfig::validate`] refuses.
-fn continue_to(
-    config: &mut TrainConfig,
-    done: &RunState,
-    path: &Path,
-    max_steps: Option<usize>,
-    time_budget: Option<f64>,
-) -> Result<(), TrainError> {
-    let refuse = |reason: String| Err(TrainError::Config(ConfigError::path(path, reason)));
-    match (config.time_budget_seconds, max_steps, time_budget) {
-        (None, _, Some(_)) => {
-            return refuse(format!(
-                "trains by step count (to max_steps {}); --time-budget is for a run \
-                 started with one (pass --max-steps to extend this one)",
-                config.max_steps
-            ));
-        }
-        (Some(budget), Some(_), _) => {
-            return refuse(format!(
-                "trains by the clock (a time budget of {}); --max-steps does not end it \
-                 (pass a larger --time-budget to extend it)",
-                human_duration(budget)
-            ));
-        }
-        (Some(_), None, Some(budget)) => config.time_budget_seconds = Some(budget),
-        (_, max_steps, _) => config.max_steps = max_steps.unwrap_or(config.max_steps),
-    }
-    config.validate()?;
-    match config.time_budget_seconds {
-        Some(budget) if done.elapsed_seconds >= budget => Err(TrainError::BudgetSpent {
-            dir: path.to_path_buf(),
-            budget_seconds: budget,
-            elapsed_seconds: done.elapsed_seconds,
-        }),
-        None if done.step >= config.max_steps => {
-            let reason = format!(
-                "is already at step {} of max_steps {}: pass a larger --max-steps to continue",
-                done.step, config.max_steps
-            );
-            Err(ConfigError::path(path, reason).into())
-        }
-        _ => Ok(()),
-    }
-}
-
 /// A missing checkpoint, with what to do instead of resuming.
 fn no_checkpoint(e: TrainError, path: &Path) -> TrainError {
     match e {
@@ -346,7 +274,7 @@ fn no_checkpoint(e: TrainError, path: &Path) -> TrainError {
 /// [`TrainError::Checkpoint`] naming the file.
 pub fn write_imported(
     path: &Path,
-    config: &TrainConfig,
+    config: &Settings,
     tokenizer: &SubwordTokenizer,
     model: &BertForMaskedLm,
 ) -> Result<(), TrainError> {
@@ -362,96 +290,12 @@ pub fn write_imported(
         tokens_seen: 0,
     };
     checkpoint::save_model(path, model, &state)?;
-    write_json(&dir.config(), config)
+    write_json(&dir.config(), &**config)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn at(step: usize, elapsed_seconds: f64) -> RunState {
-        RunState {
-            step,
-            elapsed_seconds,
-            tokens_seen: 0,
-        }
-    }
-
-    fn by_clock(budget: f64) -> TrainConfig {
-        TrainConfig::new("corpus".into()).with_time_budget_seconds(Some(budget))
-    }
-
-    fn message(result: Result<(), TrainError>) -> String {
-        result.unwrap_err().to_string()
-    }
-
-    #[test]
-    fn a_run_by_the_clock_resumes_with_its_budget_or_a_new_total() {
-        let path = Path::new("run");
-        let mut config = by_clock(300.0);
-        continue_to(&mut config, &at(40, 120.0), path, None, None).unwrap();
-        assert_eq!(config.time_budget_seconds, Some(300.0));
-        continue_to(&mut config, &at(40, 120.0), path, None, Some(600.0)).unwrap();
-        assert_eq!(config.time_budget_seconds, Some(600.0));
-        assert_eq!(
-            config.max_steps, 2000,
-            "max_steps, the warm-up share, is kept"
-        );
-    }
-
-    #[test]
-    fn a_run_by_the_clock_with_its_budget_spent_has_nothing_left_to_train() {
-        let path = Path::new("run");
-        for (budget, new) in [(300.0, None), (300.0, Some(200.0)), (100.0, Some(300.5))] {
-            let mut config = by_clock(budget);
-            match continue_to(&mut config, &at(900, 300.5), path, None, new) {
-                Err(e @ TrainError::BudgetSpent { .. }) => {
-                    let text = e.to_string();
-                    assert!(text.contains("nothing left to train"), "{text}");
-                    assert!(text.contains("larger --time-budget"), "{text}");
-                }
-                other => panic!("{budget} {new:?}: {other:?}"),
-            }
-        }
-        let mut config = by_clock(300.0);
-        continue_to(&mut config, &at(900, 300.5), path, None, Some(301.0)).unwrap();
-    }
-
-    #[test]
-    fn a_run_keeps_its_kind_when_resumed() {
-        let path = Path::new("run");
-        let text = message(continue_to(
-            &mut by_clock(300.0),
-            &at(40, 100.0),
-            path,
-            Some(2000),
-            None,
-        ));
-        assert!(
-            text.contains("trains by the clock (a time budget of 5m)"),
-            "{text}"
-        );
-        let mut by_steps = TrainConfig::new("corpus".into());
-        let text = message(continue_to(
-            &mut by_steps,
-            &at(40, 100.0),
-            path,
-            None,
-            Some(600.0),
-        ));
-        assert!(
-            text.contains("trains by step count (to max_steps 2000)"),
-            "{text}"
-        );
-        assert_eq!(by_steps.time_budget_seconds, None);
-        continue_to(&mut by_steps, &at(40, 100.0), path, Some(2000), None).unwrap();
-        assert_eq!(by_steps.max_steps, 2000);
-        let text = message(continue_to(&mut by_steps, &at(2000, 1.0), path, None, None));
-        assert!(
-            text.contains("is already at step 2000 of max_steps 2000"),
-            "{text}"
-        );
-    }
 
     #[test]
     fn a_checkpoint_state_without_elapsed_time_reads_as_none_spent() {

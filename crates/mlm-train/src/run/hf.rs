@@ -6,7 +6,7 @@ use burn::tensor::Device;
 
 use super::dir::write_imported;
 use super::trained::TrainedRun;
-use crate::config::TrainConfig;
+use crate::config::{Settings, TrainConfig};
 use crate::error::TrainError;
 use crate::model::hf::{Pretrained, save_hf, save_tokenizer};
 
@@ -49,13 +49,7 @@ pub fn import_run(
 ) -> Result<TrainConfig, TrainError> {
     let pretrained = Pretrained::read(hf_dir)?;
     let model = pretrained.load_model(device)?;
-    // An absolute corpus path when it exists, so that `eval` works from any directory.
-    let corpus = std::fs::canonicalize(corpus).unwrap_or_else(|_| corpus.to_path_buf());
-    let mut config = TrainConfig::new(corpus)
-        .with_vocab_size(pretrained.config.vocab_size)
-        .with_model(pretrained.config.clone());
-    config.max_seq_len = config.max_seq_len.min(config.model.max_sequence_len());
-    config.validate()?;
-    write_imported(run_dir, &config, &pretrained.tokenizer, &model)?;
-    Ok(config)
+    let settings = Settings::imported(&pretrained, corpus)?;
+    write_imported(run_dir, &settings, &pretrained.tokenizer, &model)?;
+    Ok(TrainConfig::clone(&settings))
 }

@@ -10,7 +10,7 @@ use crate::config::TrainConfig;
 use crate::data::{self, SubwordTokenizer};
 use crate::error::TrainError;
 use crate::eval::{EvalMetrics, UnigramScorer, evaluate};
-use crate::model::BertForMaskedLm;
+use crate::model::{BertForMaskedLm, MaskedLm};
 use crate::run::checkpoint;
 use crate::run::dir::RunDir;
 
@@ -101,9 +101,7 @@ impl TrainedRun {
         let input_ids = Tensor::<2, Int>::from_data(TensorData::new(input, [1, seq]), device);
         let padding =
             Tensor::<2, Bool>::from_data(TensorData::new(vec![false; seq], [1, seq]), device);
-        let logits = self
-            .model
-            .forward(input_ids, Tensor::zeros([1, seq], device), padding)?;
+        let logits = self.model.all_logits(input_ids, padding)?;
         let probs: Vec<f32> = softmax(logits, 2)
             .into_data()
             .convert::<f32>()

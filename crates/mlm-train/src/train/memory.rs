@@ -35,7 +35,7 @@ pub fn step_bytes(config: &TrainConfig) -> (f64, f64) {
     let vocab = m.vocab_size.max(config.vocab_size) as f64;
     let attention = layers * 3.0 * sequences * m.num_attention_heads as f64 * seq * seq;
     let activations = layers * tokens * (10.0 * d + 2.0 * ff) + 3.0 * tokens * d;
-    let head = config.mlm_probability * tokens * (3.0 * d + 2.0 * vocab);
+    let head = config.mask_rates.mlm_probability * tokens * (3.0 * d + 2.0 * vocab);
     let mut sized = m.clone();
     sized.vocab_size = vocab as usize;
     let parameters = sized.num_parameters() as f64 * (4 + config.parallel_shards) as f64;

@@ -21,5 +21,5 @@ pub mod stop;
 pub mod sync;
 pub mod trainer;
 
-pub use session::{resume, resume_with, train, train_with};
+pub use session::{RunContext, resume, resume_with, train, train_with};
 pub use trainer::Trainer;

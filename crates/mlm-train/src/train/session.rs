@@ -13,16 +13,54 @@ use super::plan::{Next, last_step, plan};
 use super::progress::{self, Progress, RunEnd};
 use super::stop::{self, StopSignal};
 use super::trainer::{StepMetrics, StepOutput, Trainer};
+use crate::config::{Settings, Sources, TrainConfig, check_same_vocab};
 use crate::data::{self, BatchSchedule, SubwordTokenizer};
 use crate::error::{ConfigError, TrainError};
 use crate::eval::EvalMetrics;
-use crate::files::{io, write_json};
+use crate::files::write_json;
 use crate::model::BertForMaskedLm;
 use crate::model::hf::Pretrained;
 use crate::run::dir::{NewRun, ResumedRun, RunDir};
 use crate::run::report::{MetricsLog, MetricsRow, Summary, plot_loss_curve};
 
-use crate::config::TrainConfig;
+/// Where and how a run trains: its folder, the device and backend, and the ranks it shares
+/// the work with.
+#[derive(Clone, Copy)]
+pub struct RunContext<'a> {
+    /// The run folder. Only the process that writes the run ([`RunContext::writes`])
+    /// writes it; the other ranks of a data-parallel run read its `data/`.
+    pub run_dir: &'a Path,
+    /// The device it trains on.
+    pub device: &'a Device,
+    /// The backend's name, for the summary.
+    pub backend: &'a str,
+    /// The ranks of a data-parallel run, this process's among them; `None` for a process
+    /// of its own.
+    pub group: Option<&'a ProcessGroup>,
+}
+
+impl<'a> RunContext<'a> {
+    /// A run in `run_dir` on `device` (of the backend named `backend`), as a process of its
+    /// own.
+    pub fn new(run_dir: &'a Path, device: &'a Device, backend: &'a str) -> Self {
+        Self {
+            run_dir,
+            device,
+            backend,
+            group: None,
+        }
+    }
+
+    /// The same run as rank `group.rank` of a data-parallel run (none: a process of its own).
+    pub fn with_group(self, group: Option<&'a ProcessGroup>) -> Self {
+        Self { group, ..self }
+    }
+
+    /// Whether this process writes the run: a single process, or rank 0.
+    pub fn writes(&self) -> bool {
+        self.group.is_none_or(|group| group.rank == 0)
+    }
+}
 
 /// Starts a new run in `run_dir` (which must not hold one) and trains it to the end.
 ///
@@ -41,90 +79,76 @@ pub fn train(
     device: &Device,
     backend: &str,
 ) -> Result<Summary, TrainError> {
-    train_with(config, run_dir, device, backend, None)
+    train_with(config, &RunContext::new(run_dir, device, backend))
 }
 
-/// [`train`], as rank `group.rank` of a data-parallel run of `config.world_size` processes
-/// when `group` is given: rank 0 prepares the run's data folder (from `config.corpus`,
-/// unless `config.data` names one) while the others wait, every rank maps it and builds the
-/// same model, trains its share of every global batch, and adds its gradients to the
-/// others'; rank 0 alone writes `run_dir` (the other ranks read its `data/` and write
-/// nothing). `run_dir` must therefore be on a disk every rank sees.
+/// [`train`] in `context`: as rank `group.rank` of a data-parallel run of
+/// `config.world_size` processes when a group is given, rank 0 prepares the run's data
+/// folder (from `config.corpus`, unless `config.data` names one) while the others wait,
+/// every rank maps it, resolves the same [`Settings`] and builds the same model, trains its
+/// share of every global batch, and adds its gradients to the others'; rank 0 alone writes
+/// the run folder (the other ranks read its `data/` and write nothing), which must therefore
+/// be on a disk every rank sees.
+///
+/// The settings are resolved once ([`Settings::resolve`]), when the data folder they
+/// depend on is open; everything after reads them.
 ///
 /// # Errors
 /// As [`train`]; [`TrainError::Config`] for a `config.world_size` other than the group's
 /// (1 without a group); [`TrainError::Collective`] if the ranks disagree.
-pub fn train_with(
-    mut config: TrainConfig,
-    run_dir: &Path,
-    device: &Device,
-    backend: &str,
-    group: Option<&ProcessGroup>,
-) -> Result<Summary, TrainError> {
-    config.resolve(None);
+pub fn train_with(config: TrainConfig, context: &RunContext) -> Result<Summary, TrainError> {
     config.validate()?;
     check_fits(&config)?;
-    check_group(&config, group)?;
+    check_group(&config, context.group)?;
     // Read and checked whole before anything is written.
-    let weights = match &config.init_from {
-        Some(dir) => {
-            let model = pretrained_weights(&config, dir, device)?;
-            config.init_from = Some(std::fs::canonicalize(dir).map_err(io(dir))?);
-            Weights::Pretrained(Box::new(model))
-        }
-        None => Weights::Seeded,
-    };
-    // Absolute paths, so the run resumes and evaluates from any directory; a run from a
-    // data folder reads no corpus.
-    match &config.data {
-        Some(data) => {
-            data::Manifest::read(data)?;
-            config.data = Some(std::fs::canonicalize(data).map_err(io(data))?);
-        }
-        None => {
-            config.corpus = std::fs::canonicalize(&config.corpus)
-                .map_err(|_| TrainError::CorpusNotFound(config.corpus.clone()))?
-        }
+    let start = Start::read(&config, context.device)?;
+    if !context.writes() {
+        let dir = RunDir(context.run_dir.to_path_buf());
+        return start_run(config, start, &dir, context);
     }
-    if !writes_run(group) {
-        let dir = RunDir(run_dir.to_path_buf());
-        return start(&mut config, &dir, false, weights, device, backend, group);
-    }
-    let run = NewRun::create(run_dir)?;
-    let result = start(&mut config, &run.dir, true, weights, device, backend, group);
+    let run = NewRun::create(context.run_dir)?;
+    let result = start_run(config, start, &run.dir, context);
     if result.is_err() {
         run.abandon();
     }
     result
 }
 
-/// The weights of `config.init_from`'s checkpoint `dir`, once its architecture and tokenizer
-/// are checked to be the run's.
-///
-/// # Errors
-/// Those of [`Pretrained::read`] and [`Pretrained::load_model`]; [`TrainError::HfConfig`]
-/// for a run whose model or tokenizer is not the checkpoint's.
-fn pretrained_weights(
-    config: &TrainConfig,
-    dir: &Path,
-    device: &Device,
-) -> Result<BertForMaskedLm, TrainError> {
-    let pretrained = Pretrained::read(dir)?;
-    pretrained.check_architecture(&config.model)?;
-    let tokenizer = config.tokenizer.as_deref().map(SubwordTokenizer::from_file);
-    let same = match tokenizer.transpose()? {
-        Some(tokenizer) => tokenizer.vocab()? == pretrained.tokenizer.vocab()?,
-        None => false,
-    };
-    if !same {
-        return Err(TrainError::HfConfig {
-            path: pretrained.tokenizer_file,
-            reason: "is not the run's tokenizer: with init_from, the run takes the \
-                     checkpoint's (TrainConfig::continue_from)"
-                .into(),
-        });
+/// What a new run reads before it writes anything: the checkpoint it continues (with its
+/// weights) and the tokenizer it is given.
+struct Start {
+    checkpoint: Option<(Pretrained, BertForMaskedLm)>,
+    tokenizer: Option<SubwordTokenizer>,
+}
+
+impl Start {
+    /// Reads `config.init_from`'s checkpoint and `config.tokenizer`, checks them against the
+    /// settings ([`TrainConfig::check_start`]), and that `config.data`'s manifest reads (or,
+    /// for a run that prepares its data, that `config.corpus` exists).
+    ///
+    /// # Errors
+    /// Those of [`Pretrained::read`], [`Pretrained::load_model`],
+    /// [`SubwordTokenizer::from_file`], [`TrainConfig::check_start`] and
+    /// [`data::Manifest::read`]; [`TrainError::CorpusNotFound`].
+    fn read(config: &TrainConfig, device: &Device) -> Result<Self, TrainError> {
+        let tokenizer = config.tokenizer.as_deref();
+        let tokenizer = tokenizer.map(SubwordTokenizer::from_file).transpose()?;
+        let checkpoint = config.init_from.as_deref().map(Pretrained::read);
+        let checkpoint = checkpoint.transpose()?;
+        config.check_start(checkpoint.as_ref(), tokenizer.as_ref())?;
+        match &config.data {
+            Some(data) => drop(data::Manifest::read(data)?),
+            None if !config.corpus.exists() => {
+                return Err(TrainError::CorpusNotFound(config.corpus.clone()));
+            }
+            None => {}
+        }
+        let weights = checkpoint.map(|c| c.load_model(device).map(|model| (c, model)));
+        Ok(Self {
+            checkpoint: weights.transpose()?,
+            tokenizer,
+        })
     }
-    pretrained.load_model(device)
 }
 
 /// Where a run's first weights come from.
@@ -137,48 +161,32 @@ enum Weights {
     Checkpoint(PathBuf),
 }
 
-/// Opens (the writer: prepares) the run's data, then writes the tokenizer and `config.json`
-/// of a new run in the locked `dir` (if this process, `writes`, writes the run), then
-/// trains from `weights`.
-fn start(
-    config: &mut TrainConfig,
+/// Opens (the writer: prepares) the run's data, resolves the settings against it and what
+/// the run starts from, writes the tokenizer and `config.json` of a new run in the locked
+/// `dir` (if this process writes the run), then trains.
+fn start_run(
+    config: TrainConfig,
+    start: Start,
     dir: &RunDir,
-    writes: bool,
-    weights: Weights,
-    device: &Device,
-    backend: &str,
-    group: Option<&ProcessGroup>,
+    context: &RunContext,
 ) -> Result<Summary, TrainError> {
-    let tokenizer = config
-        .tokenizer
-        .as_deref()
-        .map(SubwordTokenizer::from_file)
-        .transpose()?;
-    // A folder of `--data` is only read: it is checked against `--tokenizer` once mapped.
-    let given = config.data.is_some().then(|| tokenizer.clone()).flatten();
-    let data = open_data(config, dir, tokenizer, writes, true, group)?;
-    if let Some(tokenizer) = &given {
-        let whose = match config.init_from {
-            Some(_) => "the --init-from checkpoint's tokenizer",
-            None => "--tokenizer",
-        };
-        check_same_vocab(&data, tokenizer, whose)?;
-    }
-    config.adopt_data(&data.path, &data.manifest)?;
-    config.resolve(Some(&data.tokenizer));
-    if writes {
+    let tokenizer = start.tokenizer.clone();
+    let data = open_data(&config, dir, tokenizer, true, context)?;
+    let sources = Sources {
+        checkpoint: start.checkpoint.as_ref().map(|(checkpoint, _)| checkpoint),
+        tokenizer: start.tokenizer.as_ref(),
+        data: &data,
+    };
+    let settings = Settings::resolve(config, &sources)?;
+    if context.writes() {
         data.tokenizer.save(&dir.tokenizer())?;
-        write_json(&dir.config(), config)?;
+        write_json(&dir.config(), &*settings)?;
     }
-    run(
-        config,
-        writes.then_some(dir),
-        &data,
-        weights,
-        device,
-        backend,
-        group,
-    )
+    let weights = match start.checkpoint {
+        Some((_, model)) => Weights::Pretrained(Box::new(model)),
+        None => Weights::Seeded,
+    };
+    run(&settings, &data, weights, context)
 }
 
 /// Continues the run in `run_dir` from its newest complete checkpoint, optionally to a
@@ -195,49 +203,36 @@ pub fn resume(
     device: &Device,
     backend: &str,
 ) -> Result<Summary, TrainError> {
-    resume_with(run_dir, max_steps, None, device, backend, None)
+    resume_with(max_steps, None, &RunContext::new(run_dir, device, backend))
 }
 
-/// [`resume`], as one rank of a data-parallel run ([`train_with`]) if `group` is given:
-/// every rank reads the run's folder (on one machine, or a shared disk), rank 0 alone
-/// writes it. `time_budget_seconds` gives a run by the clock a new total budget, elapsed
-/// time included ([`ResumedRun::open`]).
+/// [`resume`] of the run in `context.run_dir`, as one rank of a data-parallel run
+/// ([`train_with`]) if `context.group` is given: every rank reads the run's folder (on one
+/// machine, or a shared disk), rank 0 alone writes it. `time_budget_seconds` gives a run by
+/// the clock a new total budget, elapsed time included; the settings are the run's, reopened
+/// to the new end ([`Settings::reopen`]).
 ///
 /// # Errors
 /// As [`resume`] and [`train_with`].
 pub fn resume_with(
-    run_dir: &Path,
     max_steps: Option<usize>,
     time_budget_seconds: Option<f64>,
-    device: &Device,
-    backend: &str,
-    group: Option<&ProcessGroup>,
+    context: &RunContext,
 ) -> Result<Summary, TrainError> {
-    let writer = writes_run(group);
-    let resumed = ResumedRun::open(run_dir, max_steps, time_budget_seconds, !writer)?;
-    check_fits(&resumed.config)?;
-    check_group(&resumed.config, group)?;
+    let writer = context.writes();
+    let resumed = ResumedRun::open(context.run_dir, max_steps, time_budget_seconds, !writer)?;
+    let settings = &resumed.config;
+    check_fits(settings)?;
+    check_group(settings, context.group)?;
     let tokenizer = Some(resumed.tokenizer.clone());
-    let data = open_data(
-        &resumed.config,
-        &resumed.dir,
-        tokenizer,
-        writer,
-        false,
-        group,
-    )?;
-    check_same_vocab(&data, &resumed.tokenizer, "the run's tokenizer.json")?;
+    let data = open_data(settings, &resumed.dir, tokenizer, false, context)?;
+    let file = resumed.dir.tokenizer();
+    check_same_vocab(&data, &resumed.tokenizer, "the run's tokenizer.json", &file)?;
     if writer {
         resumed.commit()?;
     }
-    let dir = writer.then_some(&resumed.dir);
     let from = Weights::Checkpoint(resumed.checkpoint.clone());
-    run(&resumed.config, dir, &data, from, device, backend, group)
-}
-
-/// Whether this process writes the run: a single process, or rank 0.
-fn writes_run(group: Option<&ProcessGroup>) -> bool {
-    group.is_none_or(|group| group.rank == 0)
+    run(settings, &data, from, context)
 }
 
 /// The run's world size is the number of processes the launcher started: a new run takes
@@ -270,15 +265,14 @@ fn open_data(
     config: &TrainConfig,
     dir: &RunDir,
     tokenizer: Option<SubwordTokenizer>,
-    writes: bool,
     fresh: bool,
-    group: Option<&ProcessGroup>,
+    context: &RunContext,
 ) -> Result<data::DataFolder, TrainError> {
-    if writes {
+    if context.writes() {
         // An error here leaves the job (`ProcessGroup::finish` aborts the waiting ranks).
         dir.prepare_data(config, tokenizer, fresh)?;
     }
-    if let Some(group) = group {
+    if let Some(group) = context.group {
         group.barrier();
     }
     let data = data::DataFolder::open(&dir.data_path(config))?;
@@ -296,45 +290,15 @@ fn open_data(
     Ok(data)
 }
 
-/// Refuses a data folder whose ids come from another vocabulary than `tokenizer` (named by
-/// `whose`).
-fn check_same_vocab(
-    data: &data::DataFolder,
-    tokenizer: &SubwordTokenizer,
-    whose: &str,
-) -> Result<(), TrainError> {
-    let (theirs, ours) = (
-        &data.manifest.tokenizer_sha256,
-        data::folder::vocab_sha256(tokenizer)?,
-    );
-    if *theirs == ours {
-        return Ok(());
-    }
-    Err(TrainError::DataFolder {
-        path: data.path.clone(),
-        reason: format!(
-            "made with another tokenizer than {whose} (vocabulary sha256 {} against {}, \
-             {} against {} tokens): prepare it again with that tokenizer",
-            &theirs[..12],
-            &ours[..12],
-            data.manifest.vocab_size,
-            tokenizer.vocab_size()
-        ),
-    })
-}
-
-/// Trains from `weights` to `config.max_steps` or to the end of the time budget, or until a
-/// stop request, then writes the plot and the summary (where `dir` is given: the writer).
+/// Trains from `weights` to `settings.max_steps` or to the end of the time budget, or until
+/// a stop request, then writes the plot and the summary (the writer).
 fn run(
-    config: &TrainConfig,
-    dir: Option<&RunDir>,
+    settings: &Settings,
     data: &data::DataFolder,
     weights: Weights,
-    device: &Device,
-    backend: &str,
-    group: Option<&ProcessGroup>,
+    context: &RunContext,
 ) -> Result<Summary, TrainError> {
-    let tokenizer = &data.tokenizer;
+    let (config, device, tokenizer) = (&**settings, context.device, &data.tokenizer);
     // Validation reads the same first held-out sequences every time.
     let held_out = data.held_out.first(config.max_eval_sequences);
     let mut trainer = match weights {
@@ -345,13 +309,14 @@ fn run(
         }
     };
     let done = trainer.state().step;
-    if let Some(group) = group {
+    if let Some(group) = context.group {
         let facts = start_facts(config, tokenizer, data.train.len(), done)?;
         let sync = group.join(&facts)?;
         trainer = trainer.with_ranks(group.rank(), sync);
     }
+    let dir = context.writes().then(|| RunDir(context.run_dir.to_path_buf()));
     let mut session = Session {
-        metrics: dir.map(|dir| MetricsLog::open(&dir.0, done)).transpose()?,
+        metrics: dir.as_ref().map(|dir| MetricsLog::open(&dir.0, done)).transpose()?,
         schedule: BatchSchedule::new(
             &data.train,
             config.batch_size * config.world_size,
@@ -370,11 +335,11 @@ fn run(
         held_out: &held_out,
         tokenizer,
         config,
-        dir,
+        dir: dir.as_ref(),
         trainer,
     };
     let (final_eval, stopped) = session.train()?;
-    session.finish(final_eval, stopped, backend)
+    session.finish(final_eval, stopped, context.backend)
 }
 
 /// What every rank of a data-parallel run must share before its first step: the step, the

@@ -9,7 +9,7 @@ use mlm_core::MaskedCrossEntropy;
 
 use crate::data::DeviceBatch;
 use crate::error::TrainError;
-use crate::model::BertForMaskedLm;
+use crate::model::{BertForMaskedLm, MaskedLm};
 
 /// Masked-LM loss of `model` on `batch`: logits at the masked positions only, then
 /// `loss_fn` against the original ids. Reads nothing back from the device.
@@ -18,7 +18,7 @@ use crate::model::BertForMaskedLm;
 /// [`MlmError`](mlm_core::MlmError) for targets checked against another batch shape or
 /// vocabulary.
 pub fn forward_loss(
-    model: &BertForMaskedLm,
+    model: &impl MaskedLm,
     batch: DeviceBatch,
     loss_fn: &MaskedCrossEntropy,
 ) -> Result<mlm_core::MlmLossOutput, TrainError> {

@@ -158,7 +158,7 @@ impl Trainer {
         Ok(Self {
             optimizer: adamw(&model, config.weight_decay, config.weight_decay_on),
             model,
-            masker: tokenizer.masker(config.mask_rates(), config.masking, config.seed)?,
+            masker: tokenizer.masker(config.mask_rates, config.masking, config.seed)?,
             loss_fn: MaskedCrossEntropy::default(),
             segment: Segment::at(&state),
             state,

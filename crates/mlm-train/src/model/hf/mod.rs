@@ -1,15 +1,16 @@
-//! Hugging Face interop: `BertForMaskedLM` folders (`config.json` + `model.safetensors`,
+//! Hugging Face interop, for every family of the registry ([`crate::model::family`]):
+//! `BertForMaskedLM` and `RobertaForMaskedLM` folders (`config.json` + `model.safetensors`,
 //! tokenizer files), read and written with the same logits on both sides. The format layer
 //! only: making a run of a folder and a folder of a run is [`crate::run::hf`].
 //!
-//! One table, [`names()`], pairs every Hugging Face key with the path of the same parameter
-//! in [`BertForMaskedLm`](crate::model::BertForMaskedLm) (Burn's module path, e.g.
+//! One table per family, [`names()`] (built by the family's architecture), pairs every
+//! Hugging Face key with the path of the same parameter in our model (Burn's module path, e.g.
 //! `layers.0.attention.self_attention.query.weight`), its PyTorch shape, and whether Burn
 //! stores it transposed (a PyTorch `Linear` weight is `[out, in]`, Burn's `[in, out]`;
 //! LayerNorm `weight`/`bias` are Burn's `gamma`/`beta`). Import and export both read it:
 //!
 //! ```text
-//! config.json ──HfBertConfig──▶ BertConfig ──names──▶ every key with its shape
+//! config.json ──model_type──▶ family ──its architecture──▶ BertConfig ──names──▶ every key
 //! model.safetensors ──parse; check every key, dtype, shape──▶ host f32 ──▶ BertForMaskedLm
 //! BertForMaskedLm ──visit──▶ host f32 ──names──▶ model.safetensors (F32, Hugging Face keys)
 //! ```
@@ -20,8 +21,8 @@ pub mod pretrained;
 pub mod safetensors;
 pub mod tokenizer;
 
-pub use config::{CONFIG_FILE, HfBertConfig};
-pub use names::{HfName, names};
+pub use config::{CONFIG_FILE, read_model_config, write_model_config};
+pub use names::{HfName, NameTable, names};
 pub use pretrained::Pretrained;
 pub use safetensors::{WEIGHTS_FILE, load_hf, save_hf};
 pub use tokenizer::{save_tokenizer, tokenizer_file};

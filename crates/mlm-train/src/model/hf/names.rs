@@ -1,77 +1,16 @@
-//! The table of names: every parameter's Hugging Face key, Burn path and PyTorch shape.
+//! The table of names, one row per parameter: its Hugging Face key, Burn path and PyTorch
+//! shape. Each architecture builds its families' tables ([`Architecture::names`]); import
+//! and export read them.
 
-use crate::model::{BertConfig, ModelFamily};
-
-/// The Hugging Face names of one family's parameters outside the encoder layers' shared
-/// pattern.
-struct FamilyKeys {
-    /// The encoder's prefix: `bert`, `roberta`.
-    base: &'static str,
-    /// The MLM head's transform dense layer.
-    dense: &'static str,
-    /// The MLM head's transform LayerNorm.
-    layer_norm: &'static str,
-    /// The MLM head's output bias.
-    bias: &'static str,
-    /// The tied decoder's weight and bias, which a file may store as copies.
-    decoder: &'static str,
-}
-
-/// `modeling_bert.py`'s `BertForMaskedLM` and `modeling_roberta.py`'s `RobertaForMaskedLM`.
-fn family_keys(family: ModelFamily) -> FamilyKeys {
-    match family {
-        ModelFamily::Bert => FamilyKeys {
-            base: "bert",
-            dense: "cls.predictions.transform.dense",
-            layer_norm: "cls.predictions.transform.LayerNorm",
-            bias: "cls.predictions.bias",
-            decoder: "cls.predictions.decoder",
-        },
-        ModelFamily::Roberta => FamilyKeys {
-            base: "roberta",
-            dense: "lm_head.dense",
-            layer_norm: "lm_head.layer_norm",
-            bias: "lm_head.bias",
-            decoder: "lm_head.decoder",
-        },
-    }
-}
-
-/// Keys (prefixes) of a `family` checkpoint that a masked-LM model does not use: the pooler
-/// and next-sentence head of a pretraining checkpoint, and the buffers of position and
-/// segment ids.
-pub fn ignored_prefixes(family: ModelFamily) -> Vec<String> {
-    let base = family_keys(family).base;
-    [
-        "pooler.",
-        "embeddings.position_ids",
-        "embeddings.token_type_ids",
-    ]
-    .iter()
-    .map(|key| format!("{base}.{key}"))
-    .chain(["cls.seq_relationship.".to_string()])
-    .collect()
-}
-
-/// The tied copies a `family` checkpoint may store (the decoder's weight and bias), each
-/// with the key it is tied to.
-pub fn tied_copies(family: ModelFamily) -> [(String, String); 2] {
-    let keys = family_keys(family);
-    [
-        (
-            format!("{}.weight", keys.decoder),
-            format!("{}.embeddings.word_embeddings.weight", keys.base),
-        ),
-        (format!("{}.bias", keys.decoder), keys.bias.to_string()),
-    ]
-}
+use crate::model::BertConfig;
+use crate::model::family::{Architecture, ModelFamily};
 
 /// One parameter in both namings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HfName {
     /// The Hugging Face key, e.g. `bert.encoder.layer.0.attention.self.query.weight`.
     pub hf_key: String,
-    /// The path in [`BertForMaskedLm`](crate::model::BertForMaskedLm), e.g. `layers.0.attention.self_attention.query.weight`.
+    /// The path in our model (Burn's module path), e.g. `layers.0.attention.self_attention.query.weight`.
     pub burn_path: String,
     /// The shape in the Hugging Face file (PyTorch layout).
     pub shape: Vec<usize>,
@@ -90,12 +29,14 @@ impl HfName {
     }
 }
 
-/// Builds the table, one block (tensor, `Linear`, `LayerNorm`) at a time.
+/// Builds a family's table of names, one block (tensor, `Linear`, `LayerNorm`) at a time.
 #[derive(Default)]
-struct Table(Vec<HfName>);
+pub struct NameTable(pub Vec<HfName>);
 
-impl Table {
-    fn tensor(&mut self, hf_key: &str, burn_path: &str, shape: &[usize], transposed: bool) {
+impl NameTable {
+    /// One tensor: its Hugging Face key, Burn path, PyTorch shape and whether Burn stores
+    /// it transposed.
+    pub fn tensor(&mut self, hf_key: &str, burn_path: &str, shape: &[usize], transposed: bool) {
         self.0.push(HfName {
             hf_key: hf_key.into(),
             burn_path: burn_path.into(),
@@ -105,7 +46,7 @@ impl Table {
     }
 
     /// PyTorch `weight [out, in]` and `bias [out]`.
-    fn linear(&mut self, hf: &str, ours: &str, d_in: usize, d_out: usize) {
+    pub fn linear(&mut self, hf: &str, ours: &str, d_in: usize, d_out: usize) {
         self.tensor(
             &format!("{hf}.weight"),
             &format!("{ours}.weight"),
@@ -121,7 +62,7 @@ impl Table {
     }
 
     /// PyTorch `weight`/`bias` are Burn's `gamma`/`beta`.
-    fn layer_norm(&mut self, hf: &str, ours: &str, d: usize) {
+    pub fn layer_norm(&mut self, hf: &str, ours: &str, d: usize) {
         self.tensor(
             &format!("{hf}.weight"),
             &format!("{ours}.gamma"),
@@ -130,82 +71,24 @@ impl Table {
         );
         self.tensor(&format!("{hf}.bias"), &format!("{ours}.beta"), &[d], false);
     }
-
-    /// Encoder layer `i`: self-attention (query, key, value, output), its LayerNorm, the
-    /// feed-forward of width `ff` and its LayerNorm.
-    fn encoder_layer(&mut self, base: &str, i: usize, d: usize, ff: usize) {
-        let hf = format!("{base}.encoder.layer.{i}");
-        let ours = format!("layers.{i}");
-        for projection in ["query", "key", "value"] {
-            self.linear(
-                &format!("{hf}.attention.self.{projection}"),
-                &format!("{ours}.attention.self_attention.{projection}"),
-                d,
-                d,
-            );
-        }
-        self.linear(
-            &format!("{hf}.attention.output.dense"),
-            &format!("{ours}.attention.output.dense"),
-            d,
-            d,
-        );
-        self.layer_norm(
-            &format!("{hf}.attention.output.LayerNorm"),
-            &format!("{ours}.attention.output.layer_norm"),
-            d,
-        );
-        self.linear(
-            &format!("{hf}.intermediate.dense"),
-            &format!("{ours}.intermediate"),
-            d,
-            ff,
-        );
-        self.linear(
-            &format!("{hf}.output.dense"),
-            &format!("{ours}.output.dense"),
-            ff,
-            d,
-        );
-        self.layer_norm(
-            &format!("{hf}.output.LayerNorm"),
-            &format!("{ours}.output.layer_norm"),
-            d,
-        );
-    }
 }
 
-/// Every parameter of a [`BertForMaskedLm`](crate::model::BertForMaskedLm) of `config`'s
-/// sizes, with its key in `config.family`'s checkpoint (`BertForMaskedLM`,
-/// `RobertaForMaskedLM`): embeddings, each layer, the head (source: transformers'
-/// `modeling_bert.py`, `modeling_roberta.py`; the tied decoder is not a parameter of its own).
+/// Every parameter of a model of `config` with its key in `config.family`'s checkpoints, by
+/// the family's architecture ([`Architecture::names`]).
 pub fn names(config: &BertConfig) -> Vec<HfName> {
-    let (v, d, ff) = (
-        config.vocab_size,
-        config.hidden_size,
-        config.intermediate_size,
-    );
-    let keys = family_keys(config.family);
-    let mut t = Table::default();
-    for (name, rows) in [
-        ("word_embeddings", v),
-        ("position_embeddings", config.max_position_embeddings),
-        ("token_type_embeddings", config.type_vocab_size),
-    ] {
-        t.tensor(
-            &format!("{}.embeddings.{name}.weight", keys.base),
-            &format!("embeddings.{name}.weight"),
-            &[rows, d],
-            false,
-        );
-    }
-    let embeddings_norm = format!("{}.embeddings.LayerNorm", keys.base);
-    t.layer_norm(&embeddings_norm, "embeddings.layer_norm", d);
-    for i in 0..config.num_hidden_layers {
-        t.encoder_layer(keys.base, i, d, ff);
-    }
-    t.linear(keys.dense, "head.transform.dense", d, d);
-    t.layer_norm(keys.layer_norm, "head.transform.layer_norm", d);
-    t.tensor(keys.bias, "head.bias", &[v], false);
-    t.0
+    architecture(config.family).names(config)
+}
+
+/// Keys (prefixes) of a `family` checkpoint that a masked-LM model does not use.
+pub fn ignored_prefixes(family: ModelFamily) -> Vec<String> {
+    architecture(family).ignored_prefixes(family)
+}
+
+/// The tied copies a `family` checkpoint may store, each with the key it is tied to.
+pub fn tied_copies(family: ModelFamily) -> Vec<(String, String)> {
+    architecture(family).tied_copies(family)
+}
+
+fn architecture(family: ModelFamily) -> Architecture {
+    family.spec().architecture
 }

@@ -6,13 +6,12 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::Device;
 
-use super::config::{CONFIG_FILE, HfBertConfig};
+use super::config::{CONFIG_FILE, read_model_config};
 use super::safetensors::load_hf;
 use super::tokenizer::tokenizer_file;
-use crate::data::{SubwordTokenizer, TokenizerKind};
+use crate::data::SubwordTokenizer;
 use crate::error::TrainError;
-use crate::files::read_json;
-use crate::model::{BertConfig, BertForMaskedLm, ModelFamily};
+use crate::model::{BertConfig, BertForMaskedLm};
 
 /// A pretrained checkpoint folder whose `config.json` and tokenizer agree: continued
 /// pretraining (Gururangan et al. 2020, "Don't Stop Pretraining", §3) starts from it, as
@@ -35,7 +34,7 @@ impl Pretrained {
     ///
     /// # Errors
     /// [`TrainError::HfConfig`] for a folder with no `config.json`, an unsupported
-    /// architecture ([`HfBertConfig::to_bert`]), or a tokenizer whose vocabulary size is not
+    /// architecture ([`read_model_config`]), or a tokenizer whose vocabulary size is not
     /// the embedding's rows; [`TrainError::Tokenizer`] for a missing tokenizer, one that is
     /// neither WordPiece nor byte-level BPE or not of the model's family (WordPiece for BERT,
     /// byte-level BPE for RoBERTa), or one without its special tokens (`[MASK]`, `<mask>`).
@@ -47,13 +46,10 @@ impl Pretrained {
                 reason: "no such file: not a Hugging Face model folder".into(),
             });
         }
-        let config = read_json::<HfBertConfig>(&path)?.to_bert(&path)?;
+        let config = read_model_config(&path)?;
         let tokenizer_file = tokenizer_file(dir)?;
         let tokenizer = SubwordTokenizer::from_file(&tokenizer_file)?;
-        let kind = match config.family {
-            ModelFamily::Bert => TokenizerKind::WordPiece,
-            ModelFamily::Roberta => TokenizerKind::ByteLevelBpe,
-        };
+        let kind = config.family.spec().tokenizer;
         if tokenizer.kind != kind {
             return Err(TrainError::Tokenizer {
                 path: tokenizer_file,

@@ -18,11 +18,11 @@ use burn::tensor::{Tensor, TensorData};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 
-use super::config::{CONFIG_FILE, HfBertConfig};
+use super::config::{CONFIG_FILE, read_model_config, write_model_config};
 use super::names::{HfName, ignored_prefixes, names, tied_copies};
 use crate::data::SubwordTokenizer;
 use crate::error::TrainError;
-use crate::files::{io, read_json, write_atomic, write_json};
+use crate::files::{io, write_atomic};
 use crate::model::{BertConfig, BertForMaskedLm, ModelFamily};
 
 /// The weights file of a Hugging Face folder.
@@ -201,9 +201,7 @@ fn read_weights(
 /// [`TrainError::HfTensorShape`] or [`TrainError::HfTensorUnexpected`] naming the key.
 /// All checks run before the model is built.
 pub fn load_hf(dir: &Path, device: &Device) -> Result<(BertConfig, BertForMaskedLm), TrainError> {
-    let config_path = dir.join(CONFIG_FILE);
-    let hf: HfBertConfig = read_json(&config_path)?;
-    let config = hf.to_bert(&config_path)?;
+    let config = read_model_config(&dir.join(CONFIG_FILE))?;
     let tensors = read_weights(&dir.join(WEIGHTS_FILE), &names(&config), config.family)?;
     let mut assign = ByPath {
         path: Vec::new(),
@@ -264,10 +262,7 @@ pub fn save_hf(
     let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
     let bytes = safetensors::serialize(views, Some(metadata)).map_err(format_error)?;
     write_atomic(&path, &bytes)?;
-    write_json(
-        &dir.join(CONFIG_FILE),
-        &HfBertConfig::from_bert(config, tokenizer),
-    )
+    write_model_config(config, tokenizer, dir)
 }
 
 #[cfg(test)]

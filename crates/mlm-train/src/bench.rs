@@ -10,7 +10,7 @@ use std::time::Instant;
 use burn::config::Config;
 use burn::optim::ModuleOptimizer;
 use burn::tensor::Device;
-use mlm_core::{MaskedCrossEntropy, MaskingConfig};
+use mlm_core::{MaskRates, MaskedCrossEntropy, MaskingConfig};
 use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
@@ -37,8 +37,8 @@ pub struct BackendBenchConfig {
     /// Tokens per sequence (every sequence full: no padding).
     #[config(default = 128)]
     pub seq_len: usize,
-    /// Share of tokens masked, BERT's 15 %.
-    #[config(default = 0.15)]
+    /// Share of tokens masked, BERT's 15 % ([`MaskRates::BERT`]).
+    #[config(default = "MaskRates::BERT.mlm_probability")]
     pub mlm_probability: f64,
     /// Untimed steps first (kernel compilation, autotuning, allocator pools).
     #[config(default = 3)]

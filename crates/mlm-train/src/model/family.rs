@@ -1,0 +1,163 @@
+//! The registry of model families: one row per Hugging Face `model_type` this crate computes
+//! exactly, read by import, export, the checkpoint's tokenizer check and the trainer. A
+//! family that shares an architecture with another is a row of data (RoBERTa is BERT's
+//! encoder under other names and positions); a family with an architecture of its own also
+//! has a folder of its own, `model/<architecture>/`, behind [`Architecture`].
+//!
+//! Adding a family: its row in [`FAMILIES`] (and its [`ModelFamily`] variant); for a new
+//! architecture, its folder, an [`Architecture`] variant and its arms below. Nothing else
+//! (`docs/ARCHITECTURE.md`; `scripts/check-architecture.sh` checks that no family folder
+//! reaches into another and that the rest of the crate reaches a family's folder only
+//! through `model`'s exports).
+
+use std::path::Path;
+
+use super::BertConfig;
+use super::bert::{self, HfBertConfig};
+use super::hf::HfName;
+use crate::data::{SubwordTokenizer, TokenizerKind};
+use crate::error::TrainError;
+use crate::files::{read_json, write_json};
+
+/// A Hugging Face model family (`model_type` in `config.json`), as a run's `config.json`
+/// names it (`model.family`, lowercase).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelFamily {
+    /// `BertForMaskedLM` (Devlin et al. 2019): WordPiece, positions from 0.
+    #[default]
+    Bert,
+    /// `RobertaForMaskedLM` (Liu et al. 2019): byte-level BPE, positions from
+    /// `padding_idx + 1`, one segment, `lm_head.*` names.
+    Roberta,
+}
+
+/// The architectures, one folder each, that compute the families.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Architecture {
+    /// The post-LN encoder with learned absolute positions and a tied MLM head
+    /// ([`bert`]).
+    Bert,
+}
+
+/// What the crate needs to know of a family.
+#[derive(Debug)]
+pub struct Family {
+    /// The family.
+    pub family: ModelFamily,
+    /// `model_type` in a Hugging Face `config.json`.
+    pub model_type: &'static str,
+    /// The masked-LM class transformers loads an export as (`architectures`).
+    pub class: &'static str,
+    /// The tokenizer its checkpoints read ids of.
+    pub tokenizer: TokenizerKind,
+    /// Whether positions count from `pad_token_id + 1` (transformers'
+    /// `create_position_ids_from_input_ids`), not from 0.
+    pub positions_after_padding: bool,
+    /// The architecture that computes it.
+    pub architecture: Architecture,
+}
+
+/// The registry: one row per family.
+pub const FAMILIES: [Family; 2] = [
+    Family {
+        family: ModelFamily::Bert,
+        model_type: "bert",
+        class: "BertForMaskedLM",
+        tokenizer: TokenizerKind::WordPiece,
+        positions_after_padding: false,
+        architecture: Architecture::Bert,
+    },
+    Family {
+        family: ModelFamily::Roberta,
+        model_type: "roberta",
+        class: "RobertaForMaskedLM",
+        tokenizer: TokenizerKind::ByteLevelBpe,
+        positions_after_padding: true,
+        architecture: Architecture::Bert,
+    },
+];
+
+impl ModelFamily {
+    /// This family's row of [`FAMILIES`].
+    pub fn spec(self) -> &'static Family {
+        FAMILIES
+            .iter()
+            .find(|row| row.family == self)
+            .expect("every family has its row in FAMILIES")
+    }
+
+    /// `model_type` in a Hugging Face `config.json`.
+    pub fn model_type(self) -> &'static str {
+        self.spec().model_type
+    }
+
+    /// The family whose `model_type` this is, if the registry has it.
+    pub fn from_model_type(model_type: &str) -> Option<Self> {
+        FAMILIES
+            .iter()
+            .find(|row| row.model_type == model_type)
+            .map(|row| row.family)
+    }
+
+    /// The `model_type`s of the registry, for a refusal: `"bert" or "roberta"`.
+    pub fn supported() -> String {
+        let quoted: Vec<String> = FAMILIES
+            .iter()
+            .map(|row| format!("{:?}", row.model_type))
+            .collect();
+        quoted.join(" or ")
+    }
+}
+
+impl Architecture {
+    /// Our configuration of a checkpoint of this architecture, from its `config.json` at
+    /// `path`.
+    ///
+    /// # Errors
+    /// [`TrainError::HfConfig`] naming `path` and the field for a model the architecture
+    /// does not compute exactly; [`TrainError::Json`] / [`TrainError::Io`].
+    pub fn read_config(self, path: &Path) -> Result<BertConfig, TrainError> {
+        match self {
+            Self::Bert => read_json::<HfBertConfig>(path)?.to_bert(path),
+        }
+    }
+
+    /// Writes the `config.json` of a model of `config`, with `tokenizer`'s special ids, at
+    /// `path`.
+    ///
+    /// # Errors
+    /// [`TrainError::Io`] / [`TrainError::Json`] naming `path`.
+    pub fn write_config(
+        self,
+        config: &BertConfig,
+        tokenizer: &SubwordTokenizer,
+        path: &Path,
+    ) -> Result<(), TrainError> {
+        match self {
+            Self::Bert => write_json(path, &HfBertConfig::from_bert(config, tokenizer)),
+        }
+    }
+
+    /// Every parameter of a model of `config` with its key in `config.family`'s checkpoints
+    /// ([`HfName`]): the table import and export read.
+    pub fn names(self, config: &BertConfig) -> Vec<HfName> {
+        match self {
+            Self::Bert => bert::names::names(config),
+        }
+    }
+
+    /// Keys (prefixes) of a `family` checkpoint that a masked-LM model does not use.
+    pub fn ignored_prefixes(self, family: ModelFamily) -> Vec<String> {
+        match self {
+            Self::Bert => bert::names::ignored_prefixes(family),
+        }
+    }
+
+    /// The tied copies a `family` checkpoint may store, each with the key it is tied to.
+    pub fn tied_copies(self, family: ModelFamily) -> Vec<(String, String)> {
+        match self {
+            Self::Bert => bert::names::tied_copies(family).to_vec(),
+        }
+    }
+}
