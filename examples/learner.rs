@@ -23,14 +23,14 @@ use burn::tensor::Device;
 use burn::tensor::{Int, Tensor};
 use burn_train::metric::{AccuracyMetric, LossMetric, PerplexityMetric};
 use burn_train::{InferenceStep, Learner, SupervisedTraining, TrainOutput, TrainStep};
+use mlm_core::MaskRates;
 use mlm_core::learner::{MlmBatch, MlmBatcher, MlmOutput};
 use mlm_core::{MaskedCrossEntropy, MlmHead, MlmHeadConfig};
+use mlm_train::data::Masking;
 use mlm_train::data::{
     DEFAULT_CORPUS, DataFolder, PrepareOptions, TokenSplit, default_packages, fetch_corpus,
     prepare_folder,
 };
-use mlm_core::MaskRates;
-use mlm_train::data::Masking;
 
 const SEQ_LEN: usize = 64;
 const BATCH: usize = 32;

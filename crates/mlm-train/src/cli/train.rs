@@ -12,8 +12,8 @@ use crate::error::TrainError;
 use crate::run::RunDir;
 use crate::run::report::Summary;
 use crate::train::distributed::ProcessGroup;
-use crate::train::stop::{self, StopSignal};
 use crate::train::session::RunContext;
+use crate::train::stop::{self, StopSignal};
 use crate::train::{resume_with, train_with};
 
 /// `train`: a new run or a resume, alone or as one rank of a data-parallel run that an MPI

@@ -42,7 +42,11 @@ pub fn config_with_overrides(
 
 /// Copies `overrides` into `base`; `at` is `base`'s dotted name, for errors. Returns the
 /// dotted name of a key that `base` does not have.
-fn merge(base: &mut serde_json::Value, overrides: serde_json::Value, at: &str) -> Result<(), String> {
+fn merge(
+    base: &mut serde_json::Value,
+    overrides: serde_json::Value,
+    at: &str,
+) -> Result<(), String> {
     match (base, overrides) {
         (serde_json::Value::Object(base), serde_json::Value::Object(overrides)) => {
             for (key, value) in overrides {
@@ -189,7 +193,11 @@ mod tests {
             let value: serde_json::Value = serde_json::from_str(file).unwrap();
             let read = saved_config(value.clone(), Path::new("config.json")).unwrap();
             assert_eq!(read.mask_rates, rates);
-            assert_eq!(serde_json::to_value(&read).unwrap(), value, "written back alike");
+            assert_eq!(
+                serde_json::to_value(&read).unwrap(),
+                value,
+                "written back alike"
+            );
         }
         let mut old = serde_json::to_value(TrainConfig::new("corpus".into())).unwrap();
         let fields = old.as_object_mut().unwrap();

@@ -161,7 +161,6 @@ pub struct TrainConfig {
     pub max_eval_sequences: usize,
 }
 
-
 impl TrainConfig {
     /// The default run on `corpus`: the main job's settings (README, "The two commands").
     pub fn new(corpus: PathBuf) -> Self {

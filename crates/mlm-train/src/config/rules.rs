@@ -118,12 +118,18 @@ fn mask_rates_rule(rates: &MaskRates) -> Result<(), ConfigError> {
         }) => Err(ConfigError::value(
             "random_replace_prob",
             random_replace_prob,
-            format!("must be in [0, 1 - mask_replace_prob] (mask_replace_prob is {mask_replace_prob})"),
+            format!(
+                "must be in [0, 1 - mask_replace_prob] (mask_replace_prob is {mask_replace_prob})"
+            ),
         )),
         Err(MlmError::InvalidProbability { name, value }) => {
             Err(ConfigError::value(name, value, "must be in [0, 1]"))
         }
-        Err(other) => Err(ConfigError::value("mlm_probability", rates.mlm_probability, other.to_string())),
+        Err(other) => Err(ConfigError::value(
+            "mlm_probability",
+            rates.mlm_probability,
+            other.to_string(),
+        )),
     }
 }
 

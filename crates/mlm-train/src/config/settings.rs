@@ -195,7 +195,10 @@ impl TrainConfig {
 }
 
 /// Refuses a `max_seq_len` longer than `checkpoint`'s position table holds.
-pub(super) fn check_positions(max_seq_len: usize, checkpoint: &Pretrained) -> Result<(), ConfigError> {
+pub(super) fn check_positions(
+    max_seq_len: usize,
+    checkpoint: &Pretrained,
+) -> Result<(), ConfigError> {
     let model = &checkpoint.config;
     let longest = model.max_sequence_len();
     let offset = match model.position_offset {
@@ -220,7 +223,11 @@ pub(super) fn check_positions(max_seq_len: usize, checkpoint: &Pretrained) -> Re
 /// # Errors
 /// [`TrainError::DataFolder`] for a `max_seq_len` other than the folder's: its sequences
 /// were cut at its own, and the position table has `max_seq_len` rows.
-fn adopt_data(config: &mut TrainConfig, data: &Path, manifest: &Manifest) -> Result<(), TrainError> {
+fn adopt_data(
+    config: &mut TrainConfig,
+    data: &Path,
+    manifest: &Manifest,
+) -> Result<(), TrainError> {
     if config.max_seq_len != manifest.max_seq_len {
         // A checkpoint's positions may not hold the folder's sequences.
         let positions = config.model.max_sequence_len();
@@ -324,7 +331,13 @@ mod tests {
     fn a_run_keeps_its_kind_when_resumed() {
         let path = Path::new("run");
         let at = (40, 100.0);
-        let text = message(Settings::reopen(by_clock(300.0), path, at, Some(2000), None));
+        let text = message(Settings::reopen(
+            by_clock(300.0),
+            path,
+            at,
+            Some(2000),
+            None,
+        ));
         assert!(
             text.contains("trains by the clock (a time budget of 5m)"),
             "{text}"

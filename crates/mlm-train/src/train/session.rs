@@ -314,9 +314,14 @@ fn run(
         let sync = group.join(&facts)?;
         trainer = trainer.with_ranks(group.rank(), sync);
     }
-    let dir = context.writes().then(|| RunDir(context.run_dir.to_path_buf()));
+    let dir = context
+        .writes()
+        .then(|| RunDir(context.run_dir.to_path_buf()));
     let mut session = Session {
-        metrics: dir.as_ref().map(|dir| MetricsLog::open(&dir.0, done)).transpose()?,
+        metrics: dir
+            .as_ref()
+            .map(|dir| MetricsLog::open(&dir.0, done))
+            .transpose()?,
         schedule: BatchSchedule::new(
             &data.train,
             config.batch_size * config.world_size,

@@ -51,10 +51,10 @@ pub struct BertConfig {
     /// Start the first encoder layer as a reader of the neighbouring tokens, so that a masked
     /// position sees its context from the first step rather than after the long plateau in
     /// which a randomly initialised BERT learns where its neighbours are:
-    /// - the position table is [`evenly_spread_positions`](super::evenly_spread_positions): sinusoids whose frequencies are
+    /// - the position table is [`evenly_spread_positions`]: sinusoids whose frequencies are
     ///   spread evenly over (0, π), so that its rows are nearly orthogonal and a shift by δ
     ///   positions is a fixed rotation of them;
-    /// - the query and key of head `h` are that rotation (see [`neighbour_query_key`](super::neighbour_query_key)), so
+    /// - the query and key of head `h` are that rotation (see [`neighbour_query_key`]), so
     ///   that head 0 attends to the previous token, head 1 to the next, head 2 to the one
     ///   before that, and so on;
     /// - the value and attention output projections are identities, so that the token a
@@ -66,6 +66,9 @@ pub struct BertConfig {
     /// the main job (then 1 200 steps) ended 2.06 nats below the unigram baseline with it and
     /// 0.69 without (docs/USAGE.md, "What the main job learns"). It sets its own position table, so
     /// it cannot be combined with `sinusoidal_positions`.
+    ///
+    /// [`evenly_spread_positions`]: super::evenly_spread_positions
+    /// [`neighbour_query_key`]: super::neighbour_query_key
     #[config(default = false)]
     pub local_attention_init: bool,
     /// The Hugging Face family this model is a checkpoint of: its parameter names, its
@@ -79,7 +82,6 @@ pub struct BertConfig {
     #[config(default = 0)]
     pub position_offset: usize,
 }
-
 
 impl BertConfig {
     /// Checks that the sizes make a model: a table of predicates, one per field, the first
@@ -155,4 +157,3 @@ impl BertConfig {
         embeddings + self.num_hidden_layers * layer + head
     }
 }
-
