@@ -16,7 +16,8 @@ const CONTINUED_MODEL_KEYS: [&str; 2] = ["hidden_dropout_prob", "attention_probs
 /// (`{"max_steps": 300, "model": {"hidden_size": 256}}` changes those two settings only).
 /// Under `defaults.init_from` the model, tokenizer and vocabulary are the checkpoint's
 /// ([`TrainConfig::continue_from`]): the file may change the model's dropout, nothing else
-/// of them.
+/// of them, unless it is a run's whole `config.json` (then they give way to the
+/// checkpoint's).
 ///
 /// # Errors
 /// [`ConfigError::UnknownField`] / [`ConfigError::File`] naming `path` for a field that
@@ -28,11 +29,11 @@ pub fn config_with_overrides(
     path: &Path,
     defaults: &TrainConfig,
 ) -> Result<TrainConfig, TrainError> {
-    let overrides: serde_json::Value = read_json(path)?;
-    if defaults.init_from.is_some() {
-        check_continued_model(path, &overrides)?;
-    }
+    let mut overrides: serde_json::Value = read_json(path)?;
     let mut value = serde_json::to_value(defaults).expect("a TrainConfig is JSON");
+    if defaults.init_from.is_some() {
+        continued_overrides(path, &mut overrides, &value["model"])?;
+    }
     merge(&mut value, overrides, "").map_err(|field| ConfigError::UnknownField {
         path: path.to_path_buf(),
         field,
@@ -68,22 +69,52 @@ fn merge(
     }
 }
 
-/// Refuses a key of `overrides` that a continued run's checkpoint fixes, as `train
-/// --init-from` refuses `--tokenizer`, `--vocab-size` and `--hidden-size`: its tokenizer and
-/// vocabulary, and every `model` key but dropout.
-fn check_continued_model(path: &Path, overrides: &serde_json::Value) -> Result<(), ConfigError> {
-    let top = ["init_from", "tokenizer", "vocab_size"]
-        .into_iter()
-        .filter(|key| overrides.get(key).is_some())
-        .map(String::from);
-    let model = overrides
-        .get("model")
-        .and_then(serde_json::Value::as_object)
+/// The keys of a continued run's settings that its checkpoint fixes, besides the model's.
+const CHECKPOINT_KEYS: [&str; 3] = ["init_from", "tokenizer", "vocab_size"];
+
+/// `overrides` of a continued run (`init_from`), whose checkpoint fixes the tokenizer, the
+/// vocabulary and the model but its dropout (as `train --init-from` refuses `--tokenizer`,
+/// `--vocab-size` and `--hidden-size`). A file that names one of them is refused by name;
+/// a run's whole `config.json` (every key of `model`, as `defaults_model` has them) keeps
+/// its other settings, and its model, tokenizer and vocabulary give way to the
+/// checkpoint's, as a line on stderr says.
+///
+/// # Errors
+/// [`ConfigError::Path`] naming `path` and the first such key.
+fn continued_overrides(
+    path: &Path,
+    overrides: &mut serde_json::Value,
+    defaults_model: &serde_json::Value,
+) -> Result<(), ConfigError> {
+    let Some(fields) = overrides.as_object_mut() else {
+        return Ok(());
+    };
+    let model = fields.get("model").and_then(serde_json::Value::as_object);
+    let whole = match (model, defaults_model.as_object()) {
+        (Some(model), Some(keys)) => keys.keys().all(|key| model.contains_key(key)),
+        _ => false,
+    };
+    if whole {
+        for key in CHECKPOINT_KEYS.into_iter().chain(["model"]) {
+            fields.remove(key);
+        }
+        eprintln!(
+            "note: {} is a whole configuration; with --init-from its model, tokenizer and \
+             vocab_size are the checkpoint's",
+            path.display()
+        );
+        return Ok(());
+    }
+    let model_keys = model
         .into_iter()
         .flat_map(|model| model.keys())
         .filter(|key| !CONTINUED_MODEL_KEYS.contains(&key.as_str()))
         .map(|key| format!("model.{key}"));
-    match top.chain(model).next() {
+    let top = CHECKPOINT_KEYS
+        .into_iter()
+        .filter(|key| fields.contains_key(*key))
+        .map(String::from);
+    match top.chain(model_keys).next() {
         None => Ok(()),
         Some(key) => Err(ConfigError::path(
             path,
@@ -237,6 +268,13 @@ mod tests {
                 "{error}"
             );
         }
+        // A run's whole config.json: its other settings, the checkpoint's model.
+        let mut whole = TrainConfig::new("corpus".into()).with_max_steps(70);
+        whole.model.hidden_size = 256;
+        let config = read(&serde_json::to_string(&whole).unwrap()).unwrap();
+        assert_eq!(config.max_steps, 70);
+        assert_eq!(config.model, continued.model, "the checkpoint's model");
+        assert_eq!(config.init_from, continued.init_from);
         let scratch = TrainConfig::new("corpus".into());
         std::fs::write(&file, r#"{"model": {"hidden_size": 256}}"#).unwrap();
         let config = config_with_overrides(&file, &scratch).unwrap();
