@@ -9,7 +9,9 @@ use std::path::Path;
 
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use common::{corpus, flex_device, micro_config};
-use mlm_train::data::{DataFolder, PrepareOptions, SubwordTokenizer, prepare_folder, read_corpus};
+use mlm_train::data::{
+    DataFolder, Manifest, PrepareOptions, SubwordTokenizer, prepare_folder, read_corpus,
+};
 use mlm_train::run::report::read_metrics;
 use mlm_train::{TrainConfig, TrainError};
 
@@ -116,6 +118,47 @@ fn bad_corpora_leave_no_folder_behind() {
     assert!(error.to_string().contains("at least 2"), "{error}");
     let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
     assert_eq!(left.len(), 1, "only the corpus remains: {left:?}");
+}
+
+/// The files of a data folder less its manifest.
+fn shards(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files = files(dir);
+    files.retain(|(name, _)| name != "manifest.json");
+    files
+}
+
+/// Each document is prepared once: a JSON-lines file beside its gzipped copy (as a user
+/// keeps both) prepares the bytes the file alone does.
+#[test]
+fn a_document_is_prepared_once() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let records: String = read_corpus(&corpus(), "text")
+        .unwrap()
+        .iter()
+        .map(|d| serde_json::json!({"id": 1, "text": d.sentences.join(" ")}).to_string() + "\n")
+        .collect();
+    let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gzip.write_all(records.as_bytes()).unwrap();
+    let (one, both) = (tmp.path().join("one"), tmp.path().join("both"));
+    for dir in [&one, &both] {
+        std::fs::create_dir(dir).unwrap();
+        std::fs::write(dir.join("a.jsonl"), &records).unwrap();
+    }
+    std::fs::write(both.join("a.jsonl.gz"), gzip.finish().unwrap()).unwrap();
+    let options = options(&micro_config());
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let alone = prepare_folder(&one, &a, &options).unwrap();
+    let twice = prepare_folder(&both, &b, &options).unwrap();
+    assert_eq!(twice.source_files, 2);
+    assert_eq!(
+        Manifest {
+            source_files: 1,
+            ..twice
+        },
+        alone
+    );
+    assert_eq!(shards(&a), shards(&b));
 }
 
 #[test]
