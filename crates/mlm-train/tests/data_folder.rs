@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 
 use burn::tensor::{Bool, Int, Tensor, TensorData};
-use common::{corpus, flex_device, micro_config};
+use common::{corpus, flex_device, micro_config, path_arg};
 use mlm_train::data::{
     DataFolder, Manifest, PrepareOptions, SubwordTokenizer, prepare_folder, read_corpus,
 };
@@ -159,6 +159,66 @@ fn a_document_is_prepared_once() {
         alone
     );
     assert_eq!(shards(&a), shards(&b));
+}
+
+/// A corpus that would hold nothing out is refused, naming --held-out-every, which `train`
+/// takes too.
+#[test]
+fn an_empty_held_out_split_is_refused_naming_held_out_every() {
+    let tmp = tempfile::tempdir().unwrap();
+    let options = options(&micro_config());
+    let a = tmp.path().join("a");
+    prepare_folder(&corpus(), &a, &options).unwrap();
+    // Three sentences, one held out in 50: none is.
+    let small = tmp.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    std::fs::write(
+        small.join("a.txt"),
+        "One short sentence. Another one here. A third one.",
+    )
+    .unwrap();
+    let out = tmp.path().join("c");
+    let error = prepare_folder(&small, &out, &options)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains(
+            "the held-out split is empty: one document in --held-out-every 50 holds none of the \
+             corpus's 3 out"
+        ) && error.contains("hold out more with a smaller --held-out-every"),
+        "{error}"
+    );
+    assert!(!out.exists() && !tmp.path().join("c.partial").exists());
+    // `train --held-out-every`: 1 and 50 are refused, 2 prepares (and the run then has
+    // fewer sequences than a batch); not beside --data.
+    let (run, small, a) = (tmp.path().join("run"), path_arg(&small), path_arg(&a));
+    for (flags, expected) in [
+        (vec!["--corpus", small], "the held-out split is empty"),
+        (
+            vec!["--corpus", small, "--held-out-every", "1"],
+            "held_out_every = 1 holds out every document",
+        ),
+        (
+            vec!["--corpus", small, "--held-out-every", "2"],
+            "the training split has 2 sequences, fewer than one batch of 64",
+        ),
+        (
+            vec!["--data", a, "--held-out-every", "3"],
+            "cannot be used with",
+        ),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mlm-train"))
+            .args(["train", "--run", path_arg(&run)])
+            .args(&flags)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(expected),
+            "{flags:?}: {stderr}"
+        );
+        assert!(!run.exists(), "{flags:?}");
+    }
 }
 
 #[test]

@@ -64,11 +64,14 @@ impl PrepareOptions {
 }
 
 /// Prepares `corpus` (a corpus file or folder) into the data folder `out`, which must not
-/// exist; returns its manifest. Prints a progress line to stderr every 10 seconds.
+/// exist; returns its manifest. Prints a progress line to stderr every 10 seconds, and a
+/// warning for the files of a folder skipped as no corpus kind and for the documents
+/// dropped as repeats of earlier ones ([`Repeats`]).
 ///
 /// # Errors
-/// [`TrainError::DataFolder`] if `out` exists or `held_out_every` is below 2; corpus errors naming
-/// the file and line ([`TrainError::CorpusFile`], [`TrainError::NotUtf8`]),
+/// [`TrainError::DataFolder`] if `out` exists, `held_out_every` is below 2 or the held-out
+/// split would be empty; corpus errors naming the file and line ([`TrainError::CorpusFile`],
+/// [`TrainError::NotUtf8`]),
 /// [`TrainError::EmptyCorpus`]; tokenizer and I/O errors. On any error nothing is left at
 /// `out`, and its staging folder is removed.
 pub fn prepare_folder(
@@ -98,15 +101,37 @@ pub fn prepare_folder(
         std::fs::remove_dir_all(&staging).map_err(io(&staging))?;
     }
     std::fs::create_dir_all(&staging).map_err(io(&staging))?;
-    let result = write_folder(corpus, &staging, options).and_then(|manifest| {
-        std::fs::rename(&staging, out)
-            .map(|_| manifest)
-            .map_err(io(out))
-    });
+    let result = write_folder(corpus, &staging, options)
+        .and_then(|manifest| check_held_out(manifest, out))
+        .and_then(|manifest| {
+            std::fs::rename(&staging, out)
+                .map(|_| manifest)
+                .map_err(io(out))
+        });
     if result.is_err() {
         let _ = std::fs::remove_dir_all(&staging);
     }
     result
+}
+
+/// `manifest` if its held-out split has a sequence to validate on.
+///
+/// # Errors
+/// [`TrainError::DataFolder`] naming `out`, the documents and `held_out_every`.
+fn check_held_out(manifest: Manifest, out: &Path) -> Result<Manifest, TrainError> {
+    if manifest.held_out.sequences > 0 {
+        return Ok(manifest);
+    }
+    Err(TrainError::DataFolder {
+        path: out.to_path_buf(),
+        reason: format!(
+            "the held-out split is empty: one document in --held-out-every {} holds none of \
+             the corpus's {} out (a corpus of fewer documents is cut into chunks of sentences \
+             first); hold out more with a smaller --held-out-every (2 holds out every other \
+             one), or give more text",
+            manifest.held_out_every, manifest.train.documents
+        ),
+    })
 }
 
 /// Where `out` is built: `out.partial`, beside it.
