@@ -218,14 +218,17 @@ impl SubwordTokenizer {
     /// document and prompt at 128 tokens without a word.
     ///
     /// # Errors
-    /// [`TrainError::Tokenizer`] naming the file if it cannot be read, is of another kind
-    /// (a BPE that is not byte-level, a Unigram, ...), or lacks one of its kind's special
-    /// tokens (`[MASK]`, `<mask>`, ...).
+    /// [`TrainError::Tokenizer`] naming the file if it is a folder (naming the file in it
+    /// to give), cannot be read, is of another kind (a BPE that is not byte-level, a
+    /// Unigram, ...), or lacks one of its kind's special tokens (`[MASK]`, `<mask>`, ...).
     pub fn from_file(path: &Path) -> Result<Self, TrainError> {
         let fail = |reason: String| TrainError::Tokenizer {
             path: path.to_path_buf(),
             reason,
         };
+        if path.is_dir() {
+            return Err(fail(folder_advice(path)));
+        }
         if !path.is_file() {
             return Err(fail("no such file".into()));
         }
@@ -483,6 +486,23 @@ impl SubwordTokenizer {
     }
 }
 
+/// Why the folder `dir` is no tokenizer, and the file in it to give instead.
+fn folder_advice(dir: &Path) -> String {
+    let inside = ["tokenizer.json", "vocab.txt", "vocab.json"]
+        .map(|name| dir.join(name))
+        .into_iter()
+        .find(|file| file.is_file());
+    match inside {
+        Some(file) => format!(
+            "is a folder, not a tokenizer file: give the file in it, {}",
+            file.display()
+        ),
+        None => "is a folder, not a tokenizer file, and holds no tokenizer.json, vocab.txt \
+                 (BERT) nor vocab.json (RoBERTa): give the tokenizer's file"
+            .into(),
+    }
+}
+
 /// How often each word of `sentences` occurs after BERT's normalisation and
 /// pre-tokenisation, in a map whose iteration order depends on its contents alone: fixed
 /// hash keys, words inserted in sorted order. Counted on every core, in chunks whose maps
@@ -689,5 +709,29 @@ mod tests {
             bert.encode_prompt(text).unwrap(),
             bert.encode(text).unwrap()
         );
+    }
+
+    /// A folder given as the tokenizer names the file in it to give.
+    #[test]
+    fn a_folder_is_no_tokenizer_and_the_file_in_it_is_named() {
+        let folder = fixture("continued/roberta");
+        let error = SubwordTokenizer::from_file(&folder)
+            .err()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            error,
+            format!(
+                "tokenizer {}: is a folder, not a tokenizer file: give the file in it, {}",
+                folder.display(),
+                folder.join("tokenizer.json").display()
+            )
+        );
+        let empty = tempfile::tempdir().unwrap();
+        let error = SubwordTokenizer::from_file(empty.path())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.ends_with("give the tokenizer's file"), "{error}");
     }
 }

@@ -11,6 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::config::TrainConfig;
 use crate::data::DataFolder;
 use crate::data::folder::SplitEntry;
+use crate::duration::human_duration;
 use crate::eval::held_out::EVAL_MLM_PROBABILITY;
 
 /// Says on stderr what the run's data folder holds.
@@ -119,6 +120,30 @@ pub fn held_out_size(data: &DataFolder, config: &TrainConfig) {
     if let Some(warning) = held_out_warning(data, config) {
         eprintln!("warning: {warning}");
     }
+}
+
+/// [`resuming`]'s line.
+pub fn resuming_line(dir: &Path, step: usize, elapsed_seconds: f64, end: RunEnd) -> String {
+    let to = match end {
+        RunEnd::Step(max_steps) => {
+            format!("of {max_steps}, {} to go", max_steps.saturating_sub(step))
+        }
+        RunEnd::Budget(budget) => format!(
+            "after {} of its {} time budget",
+            human_duration(elapsed_seconds),
+            human_duration(budget)
+        ),
+    };
+    format!(
+        "{}: resuming from its newest checkpoint, at step {step} {to}",
+        dir.display()
+    )
+}
+
+/// Says on stderr where a resumed run in `dir` goes on: from `step`, `elapsed_seconds` of
+/// training into it, to `end`.
+pub fn resuming(dir: &Path, step: usize, elapsed_seconds: f64, end: RunEnd) {
+    eprintln!("{}", resuming_line(dir, step, elapsed_seconds, end));
 }
 
 /// Where a run ends: at a step, or when its time budget is spent.
@@ -292,6 +317,20 @@ mod tests {
         assert!(
             tiny.ends_with("give more text (--held-out-every 2 would grade about 50)"),
             "{tiny}"
+        );
+    }
+
+    #[test]
+    fn a_resume_says_its_step_and_what_is_left() {
+        let dir = Path::new("runs/mine");
+        assert_eq!(
+            resuming_line(dir, 400, 60.0, RunEnd::Step(3000)),
+            "runs/mine: resuming from its newest checkpoint, at step 400 of 3000, 2600 to go"
+        );
+        assert_eq!(
+            resuming_line(dir, 400, 90.0, RunEnd::Budget(300.0)),
+            "runs/mine: resuming from its newest checkpoint, at step 400 after 1m 30s of its \
+             5m time budget"
         );
     }
 }
