@@ -12,7 +12,6 @@ use crate::config::TrainConfig;
 use crate::data::DataFolder;
 use crate::data::folder::SplitEntry;
 use crate::duration::human_duration;
-use crate::eval::held_out::EVAL_MLM_PROBABILITY;
 
 /// Says on stderr what the run's data folder holds.
 pub fn prepared(data: &DataFolder) {
@@ -44,10 +43,11 @@ pub fn accuracy_error_points(graded: usize) -> f64 {
     50.0 / (graded.max(1) as f64).sqrt()
 }
 
-/// About how many tokens a validation grades on `held_out`: [`EVAL_MLM_PROBABILITY`] of the
-/// tokens of its first `max_eval_sequences` sequences less their start and end tokens, and
-/// at least one a sequence (the masker's minimum).
-pub fn graded_tokens(held_out: &SplitEntry, max_eval_sequences: usize) -> usize {
+/// About how many tokens a validation grades on `held_out`: `rate` (the held-out masking
+/// rate, [`crate::eval::held_out`]'s 15 %) of the tokens of its first `max_eval_sequences`
+/// sequences less their start and end tokens, and at least one a sequence (the masker's
+/// minimum).
+pub fn graded_tokens(held_out: &SplitEntry, max_eval_sequences: usize, rate: f64) -> usize {
     let sequences = held_out.sequences as usize;
     let read = sequences.min(max_eval_sequences);
     if read == 0 {
@@ -55,7 +55,7 @@ pub fn graded_tokens(held_out: &SplitEntry, max_eval_sequences: usize) -> usize 
     }
     let tokens = held_out.tokens as f64 * read as f64 / sequences as f64;
     let body = (tokens - 2.0 * read as f64).max(0.0);
-    ((EVAL_MLM_PROBABILITY * body).round() as usize).max(read)
+    ((rate * body).round() as usize).max(read)
 }
 
 /// What `graded` tokens make of an accuracy, if fewer than [`MIN_GRADED_TOKENS`]: `75
@@ -72,27 +72,26 @@ pub fn few_graded(graded: usize) -> Option<String> {
 }
 
 /// The warning for a run whose held-out split grades fewer than [`MIN_GRADED_TOKENS`] per
-/// validation ([`graded_tokens`]), with the way out: a smaller `--held-out-every` (the one
-/// that would grade about as many), a larger `max_eval_sequences`, or more text.
-pub fn held_out_warning(data: &DataFolder, config: &TrainConfig) -> Option<String> {
+/// validation at the held-out masking `rate` ([`graded_tokens`]), with the way out: a
+/// smaller `--held-out-every` (the one that would grade about as many), a larger
+/// `max_eval_sequences`, or more text.
+pub fn held_out_warning(data: &DataFolder, config: &TrainConfig, rate: f64) -> Option<String> {
     let manifest = &data.manifest;
-    split_warning(
-        &data.path,
-        &manifest.held_out,
-        manifest.held_out_every,
-        config.max_eval_sequences,
-    )
+    let split = &manifest.held_out;
+    let graded = graded_tokens(split, config.max_eval_sequences, rate);
+    let (every, max_eval_sequences) = (manifest.held_out_every, config.max_eval_sequences);
+    split_warning(&data.path, split, graded, every, max_eval_sequences)
 }
 
 /// [`held_out_warning`] of the held-out `split` of the data folder `path`, made with one
-/// document held out in `every`, validated on its first `max_eval_sequences`.
+/// document held out in `every`, whose first `max_eval_sequences` grade `graded` tokens.
 pub fn split_warning(
     path: &Path,
     split: &SplitEntry,
+    graded: usize,
     every: usize,
     max_eval_sequences: usize,
 ) -> Option<String> {
-    let graded = graded_tokens(split, max_eval_sequences);
     let note = few_graded(graded)?;
     let enough = every * graded / MIN_GRADED_TOKENS;
     let way_out = if split.sequences as usize > max_eval_sequences {
@@ -116,8 +115,8 @@ pub fn split_warning(
 }
 
 /// Says [`held_out_warning`] on stderr, if there is one.
-pub fn held_out_size(data: &DataFolder, config: &TrainConfig) {
-    if let Some(warning) = held_out_warning(data, config) {
+pub fn held_out_size(data: &DataFolder, config: &TrainConfig, rate: f64) {
+    if let Some(warning) = held_out_warning(data, config, rate) {
         eprintln!("warning: {warning}");
     }
 }
@@ -288,12 +287,16 @@ mod tests {
 
     #[test]
     fn a_held_out_split_of_few_graded_tokens_is_said_with_its_error_and_way_out() {
+        // BERT's 15 %, the held-out masking rate.
+        let warn = |split: &SplitEntry, every: usize, max: usize| {
+            let graded = graded_tokens(split, max, 0.15);
+            split_warning(Path::new("data/mine"), split, graded, every, max)
+        };
         // The issue's: 300 documents, 6 held out, 11 sequences, about 75 graded tokens.
         let small = split(11, 522);
-        assert_eq!(graded_tokens(&small, 512), 75);
-        let warning = split_warning(Path::new("data/mine"), &small, 50, 512).unwrap();
+        assert_eq!(graded_tokens(&small, 512, 0.15), 75);
         assert_eq!(
-            warning,
+            warn(&small, 50, 512).unwrap(),
             "the held-out split of data/mine (11 sequences) gives about 75 graded tokens, \
              fewer than 1000: its accuracy is known to ±5.8 points (one standard error); hold \
              out more with --held-out-every 3 (now 50) to `train --corpus` or `prepare`"
@@ -301,19 +304,16 @@ mod tests {
         // 1.6 points at 1 000 tokens, the threshold.
         assert!((accuracy_error_points(1000) - 1.581).abs() < 1e-3);
         assert_eq!(few_graded(1000), None);
-        assert_eq!(
-            split_warning(Path::new("d"), &split(200, 200 * 64), 50, 512),
-            None
-        );
+        assert_eq!(warn(&split(200, 200 * 64), 50, 512), None);
         // Capped by max_eval_sequences (16 of 600 sequences of 8 tokens): raise it.
-        assert_eq!(graded_tokens(&split(600, 4800), 16), 16);
-        let capped = split_warning(Path::new("d"), &split(600, 4800), 50, 16).unwrap();
+        assert_eq!(graded_tokens(&split(600, 4800), 16, 0.15), 16);
+        let capped = warn(&split(600, 4800), 50, 16).unwrap();
         assert!(
             capped.ends_with("raise max_eval_sequences (16) with --config"),
             "{capped}"
         );
         // Even one document in two would not do.
-        let tiny = split_warning(Path::new("d"), &split(1, 12), 50, 512).unwrap();
+        let tiny = warn(&split(1, 12), 50, 512).unwrap();
         assert!(
             tiny.ends_with("give more text (--held-out-every 2 would grade about 50)"),
             "{tiny}"
