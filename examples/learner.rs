@@ -4,10 +4,15 @@
 //! Run: `cargo run --release --example learner -- [STEPS_PER_EPOCH] [EPOCHS] [DIR]`
 //! (defaults: 200 steps × 2 epochs of 32 × 64 tokens into `runs/learner-example`, about two
 //! minutes on a 2-core CPU). In a terminal burn-train draws its dashboard (loss, MLM accuracy
-//! over the masked positions, perplexity); elsewhere it prints its progress, and both end
-//! with a summary table. Per-batch metric values go to `DIR/{train,valid}/epoch-N/*.log`,
+//! over the masked positions, perplexity); elsewhere (a log, a pipe) a line at each tenth of
+//! a split gives the same running values (`support/progress_lines.rs`), and both end with a
+//! summary table. Per-batch metric values go to `DIR/{train,valid}/epoch-N/*.log`,
 //! checkpoints (burnpack files) to `DIR/checkpoint/`.
 
+#[path = "support/progress_lines.rs"]
+mod progress_lines;
+
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use burn::data::dataloader::DataLoaderBuilder;
@@ -173,7 +178,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_weight_decay(0.01)
         .with_grad_clipping(Some(GradientClippingConfig::Norm(1.0)))
         .init();
-    let training = SupervisedTraining::new(&dir, train, valid)
+    let mut training = SupervisedTraining::new(&dir, train, valid)
         .metrics((
             LossMetric::new(),
             AccuracyMetric::new(),
@@ -182,6 +187,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_default_checkpointers()
         .num_epochs(epochs)
         .summary();
+    if !std::io::stdout().is_terminal() {
+        // burn-train's own renderer here prints a debug line for every batch.
+        let lines = progress_lines::ProgressLines::new(std::io::stdout());
+        training = training.renderer(Box::new(lines));
+    }
     let result = training.launch(Learner::new(model, optimizer, 1e-3));
     if let Some(error) = &result.error {
         return Err(format!("training failed: {error}").into());

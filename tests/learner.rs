@@ -1,9 +1,13 @@
 //! mlm-core inside burn-train: `MlmBatcher` feeds a `DataLoader` with the same masks whichever
 //! worker builds a batch; a few `Learner` epochs lower the loss; and the loss, accuracy and
-//! perplexity burn-train logs equal `masked_cross_entropy`'s global values on the same batches.
+//! perplexity burn-train logs equal `masked_cross_entropy`'s global values on the same batches,
+//! and are those the example's progress lines show.
+
+#[path = "../examples/support/progress_lines.rs"]
+mod progress_lines;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
 use burn::data::dataset::InMemDataset;
@@ -186,12 +190,28 @@ fn logged(dir: &Path, split: &str, epoch: usize, metric: &str) -> (f64, usize, f
     (sum / count as f64, count, last)
 }
 
+/// A writer into memory that the test keeps a handle on while the renderer writes.
+#[derive(Clone, Default)]
+struct Shared(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Shared {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[test]
 fn learner_epochs_lower_the_loss_and_its_metrics_are_the_global_ones() {
     let dir = tempfile::tempdir().unwrap();
     let device = Device::flex();
     let train = loader(sequences(16 * BATCH, 2), 2, Some(3));
     let valid = loader(sequences(4 * BATCH, 4), 0, None);
+    let lines = Shared::default();
     let training = SupervisedTraining::new(dir.path(), train, valid.clone())
         .metrics((
             LossMetric::new(),
@@ -199,6 +219,7 @@ fn learner_epochs_lower_the_loss_and_its_metrics_are_the_global_ones() {
             PerplexityMetric::new(),
         ))
         .with_application_logger(None)
+        .renderer(Box::new(progress_lines::ProgressLines::new(lines.clone())))
         .num_epochs(3);
     // Built on the autodiff device: burn-train 0.22 forks the model onto `autodiff(its
     // device)`, but parameters made on a plain device carry no require-grad flag, and would
@@ -261,5 +282,25 @@ fn learner_epochs_lower_the_loss_and_its_metrics_are_the_global_ones() {
     assert!(
         (perplexity - mean.exp()).abs() < 1e-5 * mean.exp(),
         "{perplexity}"
+    );
+
+    // The progress lines: at most one per tenth of each split (16 training and 4 validation
+    // batches an epoch), each with the epoch's running values; the last is the validation's.
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines.len() >= 3 * 4 && lines.len() <= 3 * (10 + 4),
+        "{text}"
+    );
+    assert!(lines.iter().all(|line| line.contains(" Loss ")), "{text}");
+    let last = *lines.last().unwrap();
+    assert_eq!(
+        last,
+        format!(
+            "valid  epoch 3/3  {n}/{n} items  Loss {loss:.2}  Accuracy {accuracy:.2} %  \
+             Perplexity {perplexity:.2}",
+            n = 4 * BATCH
+        ),
+        "{text}"
     );
 }

@@ -244,6 +244,22 @@ fn tokenizer() -> &'static SubwordTokenizer {
     })
 }
 
+/// Whether `reason` is the refusal a `.txt` file of `bytes` earns by its kind: gzip
+/// (its magic bytes), or JSON lines (its first line that is not blank, less a byte-order
+/// mark, a JSON object).
+fn refused_kind(bytes: &[u8], reason: &str) -> bool {
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        return reason.starts_with("is gzip-compressed");
+    }
+    let first_line = bytes
+        .split(|&b| b == b'\n')
+        .map(|line| line.strip_prefix("\u{feff}".as_bytes()).unwrap_or(line))
+        .find(|line| !line.iter().all(u8::is_ascii_whitespace))
+        .map(<[u8]>::trim_ascii);
+    let object = first_line.is_some_and(|line| line.starts_with(b"{") && line.ends_with(b"}"));
+    object && reason.starts_with("holds JSON lines")
+}
+
 /// Corpus reading, cleaning, tokenizing and packing on arbitrary bytes.
 ///
 /// Layout: the first byte picks the sequence length (3–34); the rest is the file.
@@ -263,6 +279,10 @@ pub fn corpus(data: &[u8]) {
         }
         (Err(TrainError::EmptyCorpus(_)), Ok(text)) => {
             assert!(clean(text).is_empty());
+            return;
+        }
+        (Err(TrainError::CorpusFile { reason, .. }), _) => {
+            assert!(refused_kind(text, &reason), "{reason}");
             return;
         }
         (Ok(documents), Ok(text)) => {

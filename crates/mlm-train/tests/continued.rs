@@ -423,6 +423,30 @@ fn a_checkpoint_that_does_not_fit_is_refused_in_one_line_before_anything_is_writ
             vec!["config.json", "not a Hugging Face model folder"],
         ),
         (
+            "an mlm-train run folder",
+            Box::new(|hf| {
+                std::fs::remove_file(hf.join("model.safetensors")).unwrap();
+                std::fs::create_dir(hf.join("checkpoints")).unwrap();
+            }),
+            &[],
+            vec![
+                "is an mlm-train run folder",
+                "train --resume",
+                "export-hf --run",
+            ],
+        ),
+        (
+            "PyTorch weights only",
+            Box::new(|hf| {
+                std::fs::rename(hf.join("model.safetensors"), hf.join("pytorch_model.bin")).unwrap()
+            }),
+            &[],
+            vec![
+                "no model.safetensors (only PyTorch's pytorch_model.bin)",
+                "safe_serialization",
+            ],
+        ),
+        (
             "a BERT tokenizer for a RoBERTa",
             Box::new(|hf| set_config(hf, "model_type", "roberta".into())),
             &[],

@@ -8,8 +8,10 @@ mod common;
 use std::path::Path;
 
 use burn::tensor::{Bool, Int, Tensor, TensorData};
-use common::{corpus, flex_device, micro_config};
-use mlm_train::data::{DataFolder, PrepareOptions, SubwordTokenizer, prepare_folder, read_corpus};
+use common::{corpus, flex_device, micro_config, path_arg};
+use mlm_train::data::{
+    DataFolder, Manifest, PrepareOptions, SubwordTokenizer, prepare_folder, read_corpus,
+};
 use mlm_train::run::report::read_metrics;
 use mlm_train::{TrainConfig, TrainError};
 
@@ -116,6 +118,107 @@ fn bad_corpora_leave_no_folder_behind() {
     assert!(error.to_string().contains("at least 2"), "{error}");
     let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
     assert_eq!(left.len(), 1, "only the corpus remains: {left:?}");
+}
+
+/// The files of a data folder less its manifest.
+fn shards(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files = files(dir);
+    files.retain(|(name, _)| name != "manifest.json");
+    files
+}
+
+/// Each document is prepared once: a JSON-lines file beside its gzipped copy (as a user
+/// keeps both) prepares the bytes the file alone does.
+#[test]
+fn a_document_is_prepared_once() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let records: String = read_corpus(&corpus(), "text")
+        .unwrap()
+        .iter()
+        .map(|d| serde_json::json!({"id": 1, "text": d.sentences.join(" ")}).to_string() + "\n")
+        .collect();
+    let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gzip.write_all(records.as_bytes()).unwrap();
+    let (one, both) = (tmp.path().join("one"), tmp.path().join("both"));
+    for dir in [&one, &both] {
+        std::fs::create_dir(dir).unwrap();
+        std::fs::write(dir.join("a.jsonl"), &records).unwrap();
+    }
+    std::fs::write(both.join("a.jsonl.gz"), gzip.finish().unwrap()).unwrap();
+    let options = options(&micro_config());
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let alone = prepare_folder(&one, &a, &options).unwrap();
+    let twice = prepare_folder(&both, &b, &options).unwrap();
+    assert_eq!(twice.source_files, 2);
+    assert_eq!(
+        Manifest {
+            source_files: 1,
+            ..twice
+        },
+        alone
+    );
+    assert_eq!(shards(&a), shards(&b));
+}
+
+/// A corpus that would hold nothing out is refused, naming --held-out-every, which `train`
+/// takes too.
+#[test]
+fn an_empty_held_out_split_is_refused_naming_held_out_every() {
+    let tmp = tempfile::tempdir().unwrap();
+    let options = options(&micro_config());
+    let a = tmp.path().join("a");
+    prepare_folder(&corpus(), &a, &options).unwrap();
+    // Three sentences, one held out in 50: none is.
+    let small = tmp.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    std::fs::write(
+        small.join("a.txt"),
+        "One short sentence. Another one here. A third one.",
+    )
+    .unwrap();
+    let out = tmp.path().join("c");
+    let error = prepare_folder(&small, &out, &options)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains(
+            "the held-out split is empty: one document in --held-out-every 50 holds none of the \
+             corpus's 3 out"
+        ) && error.contains("hold out more with a smaller --held-out-every"),
+        "{error}"
+    );
+    assert!(!out.exists() && !tmp.path().join("c.partial").exists());
+    // `train --held-out-every`: 1 and 50 are refused, 2 prepares (and the run then has
+    // fewer sequences than a batch); not beside --data.
+    let (run, small, a) = (tmp.path().join("run"), path_arg(&small), path_arg(&a));
+    for (flags, expected) in [
+        (vec!["--corpus", small], "the held-out split is empty"),
+        (
+            vec!["--corpus", small, "--held-out-every", "1"],
+            "held_out_every = 1 holds out every document",
+        ),
+        (
+            vec!["--corpus", small, "--held-out-every", "2"],
+            "the training split has 2 sequences, fewer than one batch of 64",
+        ),
+        (
+            vec!["--data", a, "--held-out-every", "3"],
+            "cannot be used with",
+        ),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mlm-train"))
+            .args(["train", "--run", path_arg(&run)])
+            .args(&flags)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(expected),
+            "{flags:?}: {stderr}"
+        );
+        assert!(!run.exists(), "{flags:?}");
+    }
 }
 
 #[test]

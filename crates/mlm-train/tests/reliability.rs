@@ -110,6 +110,13 @@ fn bad_corpus_and_tokenizer_files_are_typed_errors_and_leave_no_run_behind() {
         "the vocabulary has no [MASK] token"
     );
     assert_eq!(tokenizer_error(&root.join("missing.json")), "no such file");
+    assert_eq!(
+        tokenizer_error(&root),
+        format!(
+            "is a folder, not a tokenizer file: give the file in it, {}",
+            corrupt_json.display()
+        )
+    );
 
     // The CLI's --config with invalid JSON is refused before anything is written.
     let bad_json = write("bad.json", b"{\"corpus\": \"x\", \"batch_size\": \"many\"}");

@@ -307,6 +307,9 @@ pub(crate) struct TrainArgs {
     /// The field of a .jsonl record that holds its text.
     #[arg(long, conflicts_with = "resume")]
     pub(crate) text_field: Option<String>,
+    /// Hold out one document in N for validation (`prepare --held-out-every` for --data).
+    #[arg(long, value_name = "N", conflicts_with_all = ["resume", "data"])]
+    pub(crate) held_out_every: Option<usize>,
     /// Hidden size d_model.
     #[arg(long, conflicts_with = "resume")]
     pub(crate) hidden_size: Option<usize>,
@@ -371,7 +374,7 @@ config_flags!(TrainArgs => TrainConfig {
     parallel_shards => parallel_shards,
     grad_accumulation => grad_accumulation, learning_rate => learning_rate,
     warmup_steps => warmup_steps, max_seq_len => max_seq_len, vocab_size => vocab_size,
-    text_field => text_field,
+    text_field => text_field, held_out_every => held_out_every,
     hidden_size => model.hidden_size, layers => model.num_hidden_layers,
     heads => model.num_attention_heads, intermediate_size => model.intermediate_size,
     eval_every => eval_every, log_every => log_every, checkpoint_every => checkpoint_every,

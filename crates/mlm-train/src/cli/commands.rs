@@ -14,6 +14,7 @@ use crate::data::{package, prepare_folder};
 use crate::error::TrainError;
 use crate::run::TrainedRun;
 use crate::run::hf::{export_run, import_run};
+use crate::train::progress::few_graded;
 
 /// `mlm-train`'s `main`: parses the command line (exiting on bad arguments, as clap does),
 /// runs the command, prints its error as one line, and returns the process exit status.
@@ -127,7 +128,8 @@ fn predict(
 }
 
 /// `eval` without `--minimal-pairs`: loss, accuracy and perplexity on the run's held-out
-/// split, or on every document of `corpus`.
+/// split, or on every document of `corpus`; a warning if too few tokens were graded for the
+/// accuracy to mean much ([`few_graded`]).
 fn eval_held_out(
     run: &Path,
     corpus: Option<&Path>,
@@ -151,6 +153,9 @@ fn eval_held_out(
         "{split} {}",
         loss_by_input(eval.mask_loss, eval.random_loss, eval.unchanged_loss)
     );
+    if let Some(note) = few_graded(eval.n_masked) {
+        eprintln!("warning: {split}: {note}");
+    }
     Ok(0)
 }
 

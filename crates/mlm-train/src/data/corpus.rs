@@ -466,32 +466,100 @@ pub struct Document {
     pub sentences: Vec<String>,
 }
 
-/// Reads a corpus file or folder ([`source_files`]: `.txt`, `.jsonl` with the text in
+/// Reads a corpus file or folder ([`source_files`]: `.txt`, JSON lines with the text in
 /// `text_field`, either gzip-compressed) in memory and cleans each document; documents with
-/// no sentence are left out. For a corpus to evaluate on; training prepares a data folder
-/// ([`prepare_folder`](super::prepare_folder)), which streams.
+/// no sentence are left out, and so is a document that repeats an earlier one ([`Repeats`]).
+/// Skipped files and dropped repeats are said on stderr. For a corpus to evaluate on;
+/// training prepares a data folder ([`prepare_folder`](super::prepare_folder)), which
+/// streams.
 ///
 /// # Errors
 /// [`TrainError::CorpusNotFound`] for a missing path; [`TrainError::NotUtf8`] and
-/// [`TrainError::CorpusFile`] naming the first file (and line) that cannot be read;
-/// [`TrainError::EmptyCorpus`] if no sentence remains.
+/// [`TrainError::CorpusFile`] naming the first file (and line) that cannot be read or is
+/// not of its kind; [`TrainError::EmptyCorpus`] if no sentence remains.
 pub fn read_corpus(path: &Path, text_field: &str) -> Result<Vec<Document>, TrainError> {
     let files = source_files(path)?;
-    let mut documents = Vec::new();
-    for raw in RawDocuments::new(&files, text_field) {
+    if let Some(warning) = files.skipped_warning() {
+        eprintln!("warning: {warning}");
+    }
+    let (mut documents, mut repeats) = (Vec::new(), Repeats::default());
+    for raw in RawDocuments::new(&files.files, text_field) {
         let raw = raw?;
         let sentences = clean(&raw.text);
-        if !sentences.is_empty() {
+        if !sentences.is_empty() && repeats.is_new(&sentences, &raw.path, raw.line) {
             documents.push(Document {
                 path: raw.path,
                 sentences,
             });
         }
     }
+    if let Some(report) = repeats.report(path) {
+        eprintln!("warning: {report}");
+    }
     if documents.is_empty() {
         return Err(TrainError::EmptyCorpus(path.to_path_buf()));
     }
     Ok(documents)
+}
+
+/// The documents read so far, by a hash of their cleaned sentences: a document that repeats
+/// one word for word (the same file plain and gzipped, a record twice) is read once, so that
+/// it is neither trained on twice nor held out beside its own copy. The hash is sha256's
+/// first 8 bytes: two different documents among ten million share one with odds of about
+/// 3 in a million.
+#[derive(Debug, Default)]
+pub struct Repeats {
+    seen: std::collections::HashSet<u64>,
+    /// Documents read, repeats included.
+    pub read: usize,
+    /// Documents dropped as repeats.
+    pub dropped: usize,
+    /// Where the first repeat was: its file, and its line in a JSON-lines file.
+    pub first: Option<(PathBuf, Option<usize>)>,
+}
+
+impl Repeats {
+    /// A document's hash: of its sentences, each followed by a newline.
+    pub fn hash(sentences: &[String]) -> u64 {
+        let mut hasher = Sha256::new();
+        for sentence in sentences {
+            hasher.update(sentence.as_bytes());
+            hasher.update(b"\n");
+        }
+        let digest = hasher.finalize();
+        u64::from_le_bytes(digest[..8].try_into().expect("sha256 has 32 bytes"))
+    }
+
+    /// Whether the document of `sentences`, at `path` (`line`), is new; a repeat is
+    /// counted.
+    pub fn is_new(&mut self, sentences: &[String], path: &Path, line: Option<usize>) -> bool {
+        self.is_new_hash(Self::hash(sentences), path, line)
+    }
+
+    /// [`is_new`](Self::is_new) of a document whose [`hash`](Self::hash) is known.
+    pub fn is_new_hash(&mut self, hash: u64, path: &Path, line: Option<usize>) -> bool {
+        self.read += 1;
+        if self.seen.insert(hash) {
+            return true;
+        }
+        self.dropped += 1;
+        self.first.get_or_insert_with(|| (path.to_path_buf(), line));
+        false
+    }
+
+    /// What was dropped from `corpus`, as one line; `None` if nothing was.
+    pub fn report(&self, corpus: &Path) -> Option<String> {
+        let (path, line) = self.first.as_ref()?;
+        let line = line.map(|l| format!(", line {l}")).unwrap_or_default();
+        Some(format!(
+            "corpus {}: dropped {} of its {} documents as word-for-word repeats of earlier ones \
+             (the first: {}{line}): each document is read once, never held out beside its copy",
+            corpus.display(),
+            self.dropped,
+            self.read,
+            path.display()
+        ))
+    }
 }
 
 /// Cleans raw text into sentences: paragraphs joined across hard line breaks, headings

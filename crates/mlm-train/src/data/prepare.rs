@@ -9,12 +9,12 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 use super::batch::{check_max_seq_len, pack_document};
-use super::corpus::{Document, clean, split_held_out};
+use super::corpus::{Document, Repeats, clean, split_held_out};
 use super::folder::{
     DATA_FORMAT, FileEntry, Manifest, ShardEntry, SplitEntry, hex_sha256, vocab_sha256,
 };
 use super::npy::{Dtype, npy_bytes};
-use super::source::{RawDocuments, source_files};
+use super::source::{RawDocument, RawDocuments, SourceFile, source_files};
 use super::tokenizer::SubwordTokenizer;
 use crate::error::TrainError;
 use crate::files::{io, write_json};
@@ -64,11 +64,14 @@ impl PrepareOptions {
 }
 
 /// Prepares `corpus` (a corpus file or folder) into the data folder `out`, which must not
-/// exist; returns its manifest. Prints a progress line to stderr every 10 seconds.
+/// exist; returns its manifest. Prints a progress line to stderr every 10 seconds, and a
+/// warning for the files of a folder skipped as no corpus kind and for the documents
+/// dropped as repeats of earlier ones ([`Repeats`]).
 ///
 /// # Errors
-/// [`TrainError::DataFolder`] if `out` exists or `held_out_every` is below 2; corpus errors naming
-/// the file and line ([`TrainError::CorpusFile`], [`TrainError::NotUtf8`]),
+/// [`TrainError::DataFolder`] if `out` exists, `held_out_every` is below 2 or the held-out
+/// split would be empty; corpus errors naming the file and line ([`TrainError::CorpusFile`],
+/// [`TrainError::NotUtf8`]),
 /// [`TrainError::EmptyCorpus`]; tokenizer and I/O errors. On any error nothing is left at
 /// `out`, and its staging folder is removed.
 pub fn prepare_folder(
@@ -98,15 +101,37 @@ pub fn prepare_folder(
         std::fs::remove_dir_all(&staging).map_err(io(&staging))?;
     }
     std::fs::create_dir_all(&staging).map_err(io(&staging))?;
-    let result = write_folder(corpus, &staging, options).and_then(|manifest| {
-        std::fs::rename(&staging, out)
-            .map(|_| manifest)
-            .map_err(io(out))
-    });
+    let result = write_folder(corpus, &staging, options)
+        .and_then(|manifest| check_held_out(manifest, out))
+        .and_then(|manifest| {
+            std::fs::rename(&staging, out)
+                .map(|_| manifest)
+                .map_err(io(out))
+        });
     if result.is_err() {
         let _ = std::fs::remove_dir_all(&staging);
     }
     result
+}
+
+/// `manifest` if its held-out split has a sequence to validate on.
+///
+/// # Errors
+/// [`TrainError::DataFolder`] naming `out`, the documents and `held_out_every`.
+fn check_held_out(manifest: Manifest, out: &Path) -> Result<Manifest, TrainError> {
+    if manifest.held_out.sequences > 0 {
+        return Ok(manifest);
+    }
+    Err(TrainError::DataFolder {
+        path: out.to_path_buf(),
+        reason: format!(
+            "the held-out split is empty: one document in --held-out-every {} holds none of \
+             the corpus's {} out (a corpus of fewer documents is cut into chunks of sentences \
+             first); hold out more with a smaller --held-out-every (2 holds out every other \
+             one), or give more text",
+            manifest.held_out_every, manifest.train.documents
+        ),
+    })
 }
 
 /// Where `out` is built: `out.partial`, beside it.
@@ -121,10 +146,14 @@ fn write_folder(
     dir: &Path,
     options: &PrepareOptions,
 ) -> Result<Manifest, TrainError> {
-    let files = source_files(corpus)?;
+    let found = source_files(corpus)?;
+    if let Some(warning) = found.skipped_warning() {
+        eprintln!("warning: {warning}");
+    }
+    let files = &found.files;
     let tokenizer = match &options.tokenizer {
         Some(tokenizer) => tokenizer.clone(),
-        None => train_tokenizer(corpus, &files, options)?,
+        None => train_tokenizer(corpus, files, options)?,
     };
     let vocab_size = tokenizer.vocab_size();
     let dtype = Dtype::for_vocab(vocab_size);
@@ -132,33 +161,23 @@ fn write_folder(
     let mut held_out = SplitWriter::new("held_out", dtype, options.shard_tokens, None);
     let mut progress = Progress::new();
     let mut documents = SplitDocuments::new(
-        RawDocuments::new(&files, &options.text_field),
+        RawDocuments::new(files, &options.text_field),
         options.held_out_every,
     );
-    while let Some(batch) = documents.next_batch()? {
-        let sequences = batch
-            .par_iter()
-            .map(|(_, document)| {
-                pack_document(
-                    document,
-                    &tokenizer,
-                    options.max_seq_len,
-                    options.line_by_line,
-                )
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        for ((is_held_out, _), sequences) in batch.iter().zip(sequences) {
-            let split = if *is_held_out {
-                &mut held_out
-            } else {
-                &mut train
-            };
-            split.push(dir, sequences)?;
-        }
-        progress.report(train.tokens() + held_out.tokens());
-    }
+    let splits = (&mut train, &mut held_out);
+    write_documents(
+        &mut documents,
+        &tokenizer,
+        options,
+        dir,
+        splits,
+        &mut progress,
+    )?;
     if train.entry.documents + held_out.entry.documents == 0 {
         return Err(TrainError::EmptyCorpus(corpus.to_path_buf()));
+    }
+    if let Some(report) = documents.repeats.report(corpus) {
+        eprintln!("warning: {report}");
     }
     let counts = train.counts.take().expect("the training split counts");
     let manifest = Manifest {
@@ -189,6 +208,41 @@ fn write_folder(
     Ok(manifest)
 }
 
+/// Packs every document of `documents` on every core and appends its sequences to its
+/// split, `(train, held_out)`, in corpus order.
+fn write_documents(
+    documents: &mut SplitDocuments,
+    tokenizer: &SubwordTokenizer,
+    options: &PrepareOptions,
+    dir: &Path,
+    (train, held_out): (&mut SplitWriter, &mut SplitWriter),
+    progress: &mut Progress,
+) -> Result<(), TrainError> {
+    while let Some(batch) = documents.next_batch()? {
+        let sequences = batch
+            .par_iter()
+            .map(|(_, document)| {
+                pack_document(
+                    document,
+                    tokenizer,
+                    options.max_seq_len,
+                    options.line_by_line,
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        for ((is_held_out, _), sequences) in batch.iter().zip(sequences) {
+            let split = if *is_held_out {
+                &mut *held_out
+            } else {
+                &mut *train
+            };
+            split.push(dir, sequences)?;
+        }
+        progress.report(train.tokens() + held_out.tokens());
+    }
+    Ok(())
+}
+
 /// A WordPiece vocabulary trained on the training split's first
 /// `options.tokenizer_sample_bytes` of cleaned sentences.
 ///
@@ -196,7 +250,7 @@ fn write_folder(
 /// [`TrainError::EmptyCorpus`] if the training split has no sentence; corpus errors.
 fn train_tokenizer(
     corpus: &Path,
-    files: &[super::source::SourceFile],
+    files: &[SourceFile],
     options: &PrepareOptions,
 ) -> Result<SubwordTokenizer, TrainError> {
     let mut documents = SplitDocuments::new(
@@ -221,7 +275,8 @@ fn train_tokenizer(
 
 /// Cleaned documents in batches, each marked held out or not: one in `every` is held out
 /// ([`split_held_out`]'s rule, applied as they stream by; a corpus of fewer than `every`
-/// documents is first cut into chunks, so that it still has a held-out part).
+/// documents is first cut into chunks, so that it still has a held-out part). A document
+/// that repeats an earlier one is dropped ([`Repeats`]).
 struct SplitDocuments<'a> {
     raw: RawDocuments<'a>,
     every: usize,
@@ -229,6 +284,8 @@ struct SplitDocuments<'a> {
     seen: usize,
     /// The first documents, kept until there are `every` of them (or the corpus ends).
     first: Option<Vec<Document>>,
+    /// The documents read, and the repeats dropped.
+    repeats: Repeats,
 }
 
 impl<'a> SplitDocuments<'a> {
@@ -238,6 +295,7 @@ impl<'a> SplitDocuments<'a> {
             every,
             seen: 0,
             first: Some(Vec::new()),
+            repeats: Repeats::default(),
         }
     }
 
@@ -266,7 +324,7 @@ impl<'a> SplitDocuments<'a> {
     }
 
     /// About [`BATCH_BYTES`] of documents, cleaned in parallel (those with no sentence left
-    /// out), and whether the corpus ended.
+    /// out, and repeats), and whether the corpus ended.
     fn read_batch(&mut self) -> Result<(Vec<Document>, bool), TrainError> {
         let (mut raw, mut bytes) = (Vec::new(), 0);
         while bytes < BATCH_BYTES {
@@ -275,12 +333,35 @@ impl<'a> SplitDocuments<'a> {
                     bytes += document.text.len();
                     raw.push(document);
                 }
-                None => {
-                    return Ok((clean_all(raw), true));
-                }
+                None => return Ok((self.clean_new(raw), true)),
             }
         }
-        Ok((clean_all(raw), false))
+        Ok((self.clean_new(raw), false))
+    }
+
+    /// `raw` cleaned and hashed on every core, less the documents with no sentence and
+    /// the repeats, in order.
+    fn clean_new(&mut self, raw: Vec<RawDocument>) -> Vec<Document> {
+        let cleaned: Vec<(Document, Option<usize>, u64)> = raw
+            .into_par_iter()
+            .map(|raw| {
+                let sentences = clean(&raw.text);
+                let hash = Repeats::hash(&sentences);
+                let document = Document {
+                    path: raw.path,
+                    sentences,
+                };
+                (document, raw.line, hash)
+            })
+            .collect();
+        cleaned
+            .into_iter()
+            .filter(|(document, line, hash)| {
+                !document.sentences.is_empty()
+                    && self.repeats.is_new_hash(*hash, &document.path, *line)
+            })
+            .map(|(document, ..)| document)
+            .collect()
     }
 
     fn assign(&mut self, documents: Vec<Document>) -> Vec<(bool, Document)> {
@@ -293,16 +374,6 @@ impl<'a> SplitDocuments<'a> {
             })
             .collect()
     }
-}
-
-fn clean_all(raw: Vec<super::source::RawDocument>) -> Vec<Document> {
-    raw.into_par_iter()
-        .map(|raw| Document {
-            sentences: clean(&raw.text),
-            path: raw.path,
-        })
-        .filter(|document| !document.sentences.is_empty())
-        .collect()
 }
 
 /// A split's shards as they fill: whole documents, closed at `shard_tokens`.

@@ -213,15 +213,22 @@ impl SubwordTokenizer {
     /// (one token per line; uncased), or a RoBERTa `vocab.json` with the `merges.txt` beside
     /// it.
     ///
+    /// A `tokenizer.json`'s truncation and padding are dropped: a tokenizer saved after
+    /// `tokenizer(…, truncation=True, max_length=128)` keeps them, and would cut every
+    /// document and prompt at 128 tokens without a word.
+    ///
     /// # Errors
-    /// [`TrainError::Tokenizer`] naming the file if it cannot be read, is of another kind
-    /// (a BPE that is not byte-level, a Unigram, ...), or lacks one of its kind's special
-    /// tokens (`[MASK]`, `<mask>`, ...).
+    /// [`TrainError::Tokenizer`] naming the file if it is a folder (naming the file in it
+    /// to give), cannot be read, is of another kind (a BPE that is not byte-level, a
+    /// Unigram, ...), or lacks one of its kind's special tokens (`[MASK]`, `<mask>`, ...).
     pub fn from_file(path: &Path) -> Result<Self, TrainError> {
         let fail = |reason: String| TrainError::Tokenizer {
             path: path.to_path_buf(),
             reason,
         };
+        if path.is_dir() {
+            return Err(fail(folder_advice(path)));
+        }
         if !path.is_file() {
             return Err(fail("no such file".into()));
         }
@@ -289,6 +296,10 @@ impl SubwordTokenizer {
             .map(|t| AddedToken::from(*t, true))
             .collect();
         inner.add_special_tokens(&missing);
+        inner
+            .with_truncation(None)
+            .map_err(|e| fail(e.to_string()))?;
+        inner.with_padding(None);
         let special_ids = kind.special_ids(&inner);
         inner.with_post_processor(Some(kind.post_processor([cls_id, sep_id]).map_err(fail)?));
         Ok(Self {
@@ -405,6 +416,34 @@ impl SubwordTokenizer {
             })
     }
 
+    /// Token ids of a fill-mask prompt: those of [`encode`](Self::encode), but with the
+    /// spaces before each mask token taken into it where a byte-level BPE's mask token does
+    /// not strip them itself (`lstrip`, which RoBERTa's own `<mask>` has). Without it,
+    /// `chef <mask>` is `chef` `Ġ` `<mask>` (in transformers too), and the model fills in
+    /// what follows a lone space instead of the word (`Ġword`) the prompt means.
+    ///
+    /// # Errors
+    /// As [`encode`](Self::encode).
+    pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>, TrainError> {
+        let strips = self
+            .inner
+            .get_added_tokens_decoder()
+            .get(&self.mask_id)
+            .is_some_and(|token| token.lstrip);
+        if self.kind == TokenizerKind::WordPiece || strips {
+            return self.encode(text);
+        }
+        let mask = self.kind.special_tokens()[4];
+        let pieces: Vec<&str> = text.split(mask).collect();
+        let last = pieces.len() - 1;
+        let trimmed: Vec<&str> = pieces
+            .iter()
+            .enumerate()
+            .map(|(i, piece)| if i < last { piece.trim_end() } else { piece })
+            .collect();
+        self.encode(&trimmed.join(mask))
+    }
+
     /// Token ids of `text` where it follows a space in running text (a document's second
     /// sentence on): a byte-level BPE then starts its first word with `Ġ`, as it does every
     /// other word after a space; WordPiece ignores spaces.
@@ -442,6 +481,23 @@ impl SubwordTokenizer {
                 None => unknown(),
             },
         }
+    }
+}
+
+/// Why the folder `dir` is no tokenizer, and the file in it to give instead.
+fn folder_advice(dir: &Path) -> String {
+    let inside = ["tokenizer.json", "vocab.txt", "vocab.json"]
+        .map(|name| dir.join(name))
+        .into_iter()
+        .find(|file| file.is_file());
+    match inside {
+        Some(file) => format!(
+            "is a folder, not a tokenizer file: give the file in it, {}",
+            file.display()
+        ),
+        None => "is a folder, not a tokenizer file, and holds no tokenizer.json, vocab.txt \
+                 (BERT) nor vocab.json (RoBERTa): give the tokenizer's file"
+            .into(),
     }
 }
 
@@ -590,5 +646,90 @@ mod tests {
         };
         assert_eq!(shown(all_masked), 0);
         assert!(shown(MaskRates::bert(0.3)) > 100);
+    }
+
+    fn fixture(name: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name)
+    }
+
+    /// A `tokenizer.json` saved with truncation at 4 tokens and padding to 16 cuts and pads
+    /// nothing: it encodes as the same file without them.
+    #[test]
+    fn a_saved_truncation_or_padding_cuts_and_pads_nothing() {
+        let original = fixture("v0_1_export/tokenizer.json");
+        let mut json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&original).unwrap()).unwrap();
+        json["truncation"] = serde_json::json!({
+            "direction": "Right", "max_length": 4, "strategy": "LongestFirst", "stride": 0
+        });
+        json["padding"] = serde_json::json!({
+            "strategy": {"Fixed": 16}, "direction": "Right", "pad_to_multiple_of": null,
+            "pad_id": 0, "pad_type_id": 0, "pad_token": "[PAD]"
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let saved = dir.path().join("tokenizer.json");
+        std::fs::write(&saved, json.to_string()).unwrap();
+        let text = "the chef [MASK] the soup";
+        let ids = SubwordTokenizer::from_file(&saved)
+            .unwrap()
+            .encode(text)
+            .unwrap();
+        let plain = SubwordTokenizer::from_file(&original).unwrap();
+        assert_eq!(ids, plain.encode(text).unwrap());
+        assert!(ids.len() > 4, "{ids:?}");
+    }
+
+    /// RoBERTa's `<mask>` without `lstrip` (the fixture's, as `tokenizers` trains it): a
+    /// prompt's mask takes the space before it, so that it stands for a word `Ġword`.
+    #[test]
+    fn a_prompts_mask_takes_the_space_before_it() {
+        let roberta =
+            SubwordTokenizer::from_file(&fixture("continued/roberta/tokenizer.json")).unwrap();
+        let (chef, mask) = (roberta.encode("The chef").unwrap(), roberta.mask_id);
+        let plain = roberta.encode("The chef <mask>.").unwrap();
+        let space = plain[chef.len()];
+        assert_eq!(roberta.token(space), " ");
+        let dot = roberta.encode(".").unwrap();
+        assert_eq!(plain, [&chef[..], &[space, mask], &dot].concat());
+        let prompt = roberta.encode_prompt("The chef  <mask>. <mask>").unwrap();
+        assert_eq!(prompt, [&chef[..], &[mask], &dot, &[mask]].concat());
+        // A prompt that starts with its mask, and WordPiece, are encoded as they are.
+        let start = "<mask> chef";
+        assert_eq!(
+            roberta.encode_prompt(start).unwrap(),
+            roberta.encode(start).unwrap()
+        );
+        let bert = SubwordTokenizer::from_file(&fixture("v0_1_export/tokenizer.json")).unwrap();
+        let text = "the chef [MASK].";
+        assert_eq!(
+            bert.encode_prompt(text).unwrap(),
+            bert.encode(text).unwrap()
+        );
+    }
+
+    /// A folder given as the tokenizer names the file in it to give.
+    #[test]
+    fn a_folder_is_no_tokenizer_and_the_file_in_it_is_named() {
+        let folder = fixture("continued/roberta");
+        let error = SubwordTokenizer::from_file(&folder)
+            .err()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            error,
+            format!(
+                "tokenizer {}: is a folder, not a tokenizer file: give the file in it, {}",
+                folder.display(),
+                folder.join("tokenizer.json").display()
+            )
+        );
+        let empty = tempfile::tempdir().unwrap();
+        let error = SubwordTokenizer::from_file(empty.path())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.ends_with("give the tokenizer's file"), "{error}");
     }
 }

@@ -7,7 +7,7 @@ use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
 use crate::config::TrainConfig;
-use crate::data::{self, SubwordTokenizer};
+use crate::data::{self, SubwordTokenizer, TokenizerKind};
 use crate::error::TrainError;
 use crate::eval::{EvalMetrics, UnigramScorer, evaluate};
 use crate::model::{BertForMaskedLm, MaskedLm};
@@ -71,10 +71,14 @@ impl TrainedRun {
         )))
     }
 
-    /// The `top_k` most probable tokens for each `[MASK]` in `text`.
+    /// The `top_k` most probable tokens for each `[MASK]` in `text`, encoded whole
+    /// ([`SubwordTokenizer::encode_prompt`]: never cut, a RoBERTa `<mask>` standing for a
+    /// word). A text longer than the run's `max_seq_len` but within the model's positions
+    /// (a run from a checkpoint) is read, with a warning on stderr naming both lengths.
     ///
     /// # Errors
-    /// [`TrainError::InvalidInput`] if `text` has no `[MASK]` or is longer than the position table.
+    /// [`TrainError::InvalidInput`] if `text` has no `[MASK]`, or is longer than the
+    /// model's positions (naming both lengths, [`check_prompt_length`]).
     pub fn fill_mask(
         &self,
         text: &str,
@@ -82,14 +86,11 @@ impl TrainedRun {
         device: &Device,
     ) -> Result<Vec<MaskPrediction>, TrainError> {
         let t = &self.tokenizer;
-        let ids = t.wrap(&t.encode(text)?);
-        let max = self.config.model.max_sequence_len();
-        if ids.len() > max {
-            return Err(TrainError::InvalidInput(format!(
-                "the text is {} tokens with its start and end tokens, longer than the model's \
-                 {max} positions",
-                ids.len()
-            )));
+        let ids = t.wrap(&t.encode_prompt(text)?);
+        let positions = self.config.model.max_sequence_len();
+        let note = check_prompt_length(ids.len(), positions, self.config.max_seq_len, t.kind)?;
+        if let Some(note) = note {
+            eprintln!("warning: {note}");
         }
         let masks: Vec<usize> = (0..ids.len()).filter(|&i| ids[i] == t.mask_id).collect();
         if masks.is_empty() {
@@ -157,5 +158,65 @@ impl TrainedRun {
             &self.config,
             device,
         )
+    }
+}
+
+/// Checks a prompt of `tokens` tokens (its start and end tokens included) against the
+/// model's `positions` and the run's `max_seq_len`, which a run from a checkpoint may set
+/// below its positions. Returns a warning, naming both lengths, for a prompt between the two.
+///
+/// # Errors
+/// [`TrainError::InvalidInput`] naming both lengths for a prompt beyond `positions`.
+pub fn check_prompt_length(
+    tokens: usize,
+    positions: usize,
+    max_seq_len: usize,
+    kind: TokenizerKind,
+) -> Result<Option<String>, TrainError> {
+    let [_, _, start, end, mask] = kind.special_tokens();
+    if tokens > positions {
+        return Err(TrainError::InvalidInput(format!(
+            "the text is {tokens} tokens with its {start} and {end}, longer than the model's \
+             {positions} positions: shorten it to the sentences around its {mask}"
+        )));
+    }
+    Ok((tokens > max_seq_len).then(|| {
+        format!(
+            "the text is {tokens} tokens with its {start} and {end}, longer than the \
+             sequences of up to {max_seq_len} this run trained on (max_seq_len); the model's \
+             {positions} positions hold it, those past {max_seq_len} as the checkpoint \
+             learned them"
+        )
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prompt_beyond_the_positions_is_refused_naming_both_lengths() {
+        let error = check_prompt_length(700, 512, 128, TokenizerKind::ByteLevelBpe)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            "the text is 700 tokens with its <s> and </s>, longer than the model's 512 \
+             positions: shorten it to the sentences around its <mask>"
+        );
+        let note = check_prompt_length(200, 512, 128, TokenizerKind::WordPiece)
+            .unwrap()
+            .unwrap();
+        assert!(
+            note.starts_with(
+                "the text is 200 tokens with its [CLS] and [SEP], longer than \
+                              the sequences of up to 128 this run trained on"
+            ),
+            "{note}"
+        );
+        assert_eq!(
+            check_prompt_length(128, 128, 128, TokenizerKind::WordPiece).unwrap(),
+            None
+        );
     }
 }

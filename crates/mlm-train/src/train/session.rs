@@ -17,6 +17,7 @@ use crate::config::{Settings, Sources, TrainConfig, check_same_vocab};
 use crate::data::{self, BatchSchedule, SubwordTokenizer};
 use crate::error::{ConfigError, TrainError};
 use crate::eval::EvalMetrics;
+use crate::eval::held_out::EVAL_MASK_RATES;
 use crate::files::write_json;
 use crate::model::BertForMaskedLm;
 use crate::model::hf::Pretrained;
@@ -287,6 +288,7 @@ fn open_data(
     if data.held_out.is_empty() {
         return Err(ConfigError::EmptyHeldOut.into());
     }
+    progress::held_out_size(&data, config, EVAL_MASK_RATES.mlm_probability);
     Ok(data)
 }
 
@@ -301,6 +303,11 @@ fn run(
     let (config, device, tokenizer) = (&**settings, context.device, &data.tokenizer);
     // Validation reads the same first held-out sequences every time.
     let held_out = data.held_out.first(config.max_eval_sequences);
+    let end = match config.time_budget_seconds {
+        Some(budget) => RunEnd::Budget(budget),
+        None => RunEnd::Step(config.max_steps),
+    };
+    let resumed = matches!(weights, Weights::Checkpoint(_));
     let mut trainer = match weights {
         Weights::Seeded => Trainer::new(config, tokenizer, device)?,
         Weights::Pretrained(model) => Trainer::from_model(config, *model, tokenizer, device)?,
@@ -308,15 +315,18 @@ fn run(
             Trainer::new(config, tokenizer, device)?.load_checkpoint(&from)?
         }
     };
-    let done = trainer.state().step;
+    let (done, elapsed) = (trainer.state().step, trainer.state().elapsed_seconds);
+    let dir = context
+        .writes()
+        .then(|| RunDir(context.run_dir.to_path_buf()));
+    if let (true, Some(dir)) = (resumed, &dir) {
+        progress::resuming(&dir.0, done, elapsed, end);
+    }
     if let Some(group) = context.group {
         let facts = start_facts(config, tokenizer, data.train.len(), done)?;
         let sync = group.join(&facts)?;
         trainer = trainer.with_ranks(group.rank(), sync);
     }
-    let dir = context
-        .writes()
-        .then(|| RunDir(context.run_dir.to_path_buf()));
     let mut session = Session {
         metrics: dir
             .as_ref()
@@ -328,14 +338,7 @@ fn run(
             config.grad_accumulation,
             config.seed,
         ),
-        progress: Progress::new(
-            done,
-            trainer.state().elapsed_seconds,
-            match config.time_budget_seconds {
-                Some(budget) => RunEnd::Budget(budget),
-                None => RunEnd::Step(config.max_steps),
-            },
-        ),
+        progress: Progress::new(done, elapsed, end),
         baseline: data::unigram_baseline(&data.unigram_counts, &tokenizer.special_ids),
         held_out: &held_out,
         tokenizer,

@@ -30,7 +30,9 @@ pub struct Pretrained {
 
 impl Pretrained {
     /// Reads and checks `dir`'s `config.json` and tokenizer (not yet the weights:
-    /// [`load_model`](Self::load_model)).
+    /// [`load_model`](Self::load_model)). A folder without `config.json` or
+    /// `model.safetensors` is refused naming what it is instead: an mlm-train run, PyTorch
+    /// weights.
     ///
     /// # Errors
     /// [`TrainError::HfConfig`] for a folder with no `config.json`, an unsupported
@@ -40,11 +42,8 @@ impl Pretrained {
     /// byte-level BPE for RoBERTa), or one without its special tokens (`[MASK]`, `<mask>`).
     pub fn read(dir: &Path) -> Result<Self, TrainError> {
         let path = dir.join(CONFIG_FILE);
-        if !path.is_file() {
-            return Err(TrainError::HfConfig {
-                path,
-                reason: "no such file: not a Hugging Face model folder".into(),
-            });
+        if !path.is_file() || !dir.join(super::safetensors::WEIGHTS_FILE).is_file() {
+            return Err(not_a_checkpoint(dir));
         }
         let config = read_model_config(&path)?;
         let tokenizer_file = tokenizer_file(dir)?;
@@ -119,4 +118,33 @@ impl Pretrained {
             ),
         })
     }
+}
+
+/// Why `dir`, which lacks `config.json` or `model.safetensors`, is no checkpoint to start
+/// from, and the way out.
+fn not_a_checkpoint(dir: &Path) -> TrainError {
+    let shown = dir.display();
+    let (path, reason) = if dir.join("checkpoints").is_dir() {
+        let reason = format!(
+            "is an mlm-train run folder, not a Hugging Face model folder: continue it with \
+             `mlm-train train --resume {shown}`, or export it with `mlm-train export-hf --run \
+             {shown} OUT` and start from OUT"
+        );
+        (dir.to_path_buf(), reason)
+    } else if !dir.join(CONFIG_FILE).is_file() {
+        let reason = "no such file: not a Hugging Face model folder (config.json and \
+                      model.safetensors, as `save_pretrained` writes them)";
+        (dir.join(CONFIG_FILE), reason.to_string())
+    } else {
+        let bin = match dir.join("pytorch_model.bin").is_file() {
+            true => " (only PyTorch's pytorch_model.bin)",
+            false => "",
+        };
+        let reason = format!(
+            "holds config.json but no model.safetensors{bin}: save the model with \
+             `save_pretrained(DIR, safe_serialization=True)`"
+        );
+        (dir.to_path_buf(), reason)
+    };
+    TrainError::HfConfig { path, reason }
 }
