@@ -183,8 +183,7 @@ fn an_empty_held_out_split_is_refused_naming_held_out_every() {
         .to_string();
     assert!(
         error.contains(
-            "the held-out split is empty: one document in --held-out-every 50 holds none of the \
-             corpus's 3 out"
+            "the held-out split is empty: holding out one document in 50 of the corpus's 3"
         ) && error.contains("hold out more with a smaller --held-out-every"),
         "{error}"
     );

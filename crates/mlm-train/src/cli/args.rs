@@ -396,9 +396,15 @@ impl TrainArgs {
     pub(crate) fn config(&self) -> Result<TrainConfig, TrainError> {
         let mut c = TrainConfig::new(DEFAULT_CORPUS.into());
         if let Some(dir) = &self.init_from {
-            // The checkpoint's positions must hold the sequence length asked for.
-            c.max_seq_len = self.max_seq_len.unwrap_or(c.max_seq_len);
-            c.continue_from(&Pretrained::read(dir)?)?;
+            // The checkpoint's positions must hold the sequence length: the one asked for,
+            // else the --data folder's, else the default as far as its positions go.
+            let pretrained = Pretrained::read(dir)?;
+            c.max_seq_len = match (self.max_seq_len, &self.data) {
+                (Some(asked), _) => asked,
+                (None, Some(data)) => Manifest::read(data)?.max_seq_len,
+                (None, None) => c.max_seq_len.min(pretrained.config.max_sequence_len()),
+            };
+            c.continue_from(&pretrained)?;
         }
         if let Some(path) = &self.config {
             c = config_with_overrides(path, &c)?;

@@ -122,14 +122,21 @@ fn check_held_out(manifest: Manifest, out: &Path) -> Result<Manifest, TrainError
     if manifest.held_out.sequences > 0 {
         return Ok(manifest);
     }
+    let every = manifest.held_out_every;
+    // 2, every other document, is the most that can be held out.
+    let way_out = match every {
+        2 => "give more text".to_string(),
+        _ => "hold out more with a smaller --held-out-every (2 holds out every other \
+              document), or give more text"
+            .to_string(),
+    };
     Err(TrainError::DataFolder {
         path: out.to_path_buf(),
         reason: format!(
-            "the held-out split is empty: one document in --held-out-every {} holds none of \
-             the corpus's {} out (a corpus of fewer documents is cut into chunks of sentences \
-             first); hold out more with a smaller --held-out-every (2 holds out every other \
-             one), or give more text",
-            manifest.held_out_every, manifest.train.documents
+            "the held-out split is empty: holding out one document in {every} of the \
+             corpus's {} (a corpus of fewer documents is cut into chunks of sentences first) \
+             held out none; {way_out}",
+            manifest.train.documents
         ),
     })
 }

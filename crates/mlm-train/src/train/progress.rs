@@ -96,16 +96,18 @@ pub fn split_warning(
     let enough = every * graded / MIN_GRADED_TOKENS;
     let way_out = if split.sequences as usize > max_eval_sequences {
         format!("raise max_eval_sequences ({max_eval_sequences}) with --config")
-    } else if enough >= 2 {
+    } else if enough >= 2 && enough < every {
         format!(
             "hold out more with --held-out-every {enough} (now {every}) to `train --corpus` \
              or `prepare`"
         )
-    } else {
+    } else if every > 2 {
         format!(
             "give more text (--held-out-every 2 would grade about {})",
             every * graded / 2
         )
+    } else {
+        "give more text".to_string()
     };
     Some(format!(
         "the held-out split of {} ({} sequences) gives about {note}; {way_out}",
@@ -318,6 +320,9 @@ mod tests {
             tiny.ends_with("give more text (--held-out-every 2 would grade about 50)"),
             "{tiny}"
         );
+        // At one document in two already, more text is the only way.
+        let tiny = warn(&split(1, 12), 2, 512).unwrap();
+        assert!(tiny.ends_with("; give more text"), "{tiny}");
     }
 
     #[test]

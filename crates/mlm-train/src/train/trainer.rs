@@ -155,6 +155,9 @@ impl Trainer {
             elapsed_seconds: 0.0,
             tokens_seen: 0,
         };
+        // The run's dropout, whatever the checkpoint was saved with (as a resume's model is
+        // built from the run's settings).
+        let model = config.model.with_dropout(model);
         Ok(Self {
             optimizer: adamw(&model, config.weight_decay, config.weight_decay_on),
             model,

@@ -132,6 +132,23 @@ impl BertConfig {
             .init(device)
     }
 
+    /// `model` (of this configuration's sizes, e.g. a checkpoint's) with this
+    /// configuration's dropout probabilities, after the embeddings, on the attention
+    /// probabilities and before each residual add: a continued run trains with its own
+    /// dropout, not the one its checkpoint was saved with.
+    pub fn with_dropout(&self, mut model: BertForMaskedLm) -> BertForMaskedLm {
+        let hidden = || DropoutConfig::new(self.hidden_dropout_prob).init();
+        model.embeddings.dropout = hidden();
+        for layer in &mut model.layers {
+            let attention = &mut layer.attention;
+            attention.self_attention.dropout =
+                DropoutConfig::new(self.attention_probs_dropout_prob).init();
+            attention.output.dropout = hidden();
+            layer.output.dropout = hidden();
+        }
+        model
+    }
+
     /// `model` with the initial values that [`sinusoidal_positions`] and
     /// [`local_attention_init`] ask for (unchanged if neither is set); for initialisers that
     /// redraw every weight.
@@ -264,4 +281,41 @@ fn identity(d: usize) -> TensorData {
     let mut m = vec![0f32; d * d];
     m.iter_mut().step_by(d + 1).for_each(|x| *x = 1.0);
     TensorData::new(m, [d, d])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A checkpoint saved without dropout, continued with some: every dropout of the model
+    /// is the run's, as in a model the run's configuration builds.
+    #[test]
+    fn a_checkpoints_model_takes_the_runs_dropout() {
+        let saved = BertConfig::new(20)
+            .with_hidden_size(8)
+            .with_num_hidden_layers(2)
+            .with_num_attention_heads(2)
+            .with_intermediate_size(16)
+            .with_max_position_embeddings(8);
+        let run = BertConfig {
+            hidden_dropout_prob: 0.3,
+            attention_probs_dropout_prob: 0.2,
+            ..saved.clone()
+        };
+        let device = Device::flex();
+        let probs = |model: &BertForMaskedLm| {
+            let layers = model.layers.iter().map(|layer| {
+                let attention = &layer.attention;
+                [
+                    attention.self_attention.dropout.prob,
+                    attention.output.dropout.prob,
+                    layer.output.dropout.prob,
+                ]
+            });
+            (model.embeddings.dropout.prob, layers.collect::<Vec<_>>())
+        };
+        let continued = run.with_dropout(saved.init(&device));
+        assert_eq!(probs(&continued), probs(&run.init(&device)));
+        assert_eq!(probs(&continued), (0.3, vec![[0.2, 0.3, 0.3]; 2]));
+    }
 }
