@@ -154,10 +154,7 @@ pub fn config_from_json(value: serde_json::Value, path: &Path) -> Result<TrainCo
 ///
 /// # Errors
 /// As [`config_from_json`].
-pub(crate) fn saved_config(
-    mut value: serde_json::Value,
-    path: &Path,
-) -> Result<TrainConfig, TrainError> {
+pub fn saved_config(mut value: serde_json::Value, path: &Path) -> Result<TrainConfig, TrainError> {
     if let Some(model) = value.get_mut("model").and_then(|m| m.as_object_mut()) {
         for flag in ["sinusoidal_positions", "local_attention_init"] {
             model.entry(flag).or_insert(false.into());

@@ -25,8 +25,7 @@ use crate::error::ConfigError;
 use crate::model::BertConfig;
 use crate::model::hf::Pretrained;
 
-pub(crate) use json::saved_config;
-pub use json::{config_from_json, config_with_overrides};
+pub use json::{config_from_json, config_with_overrides, saved_config};
 pub use settings::{Settings, Sources, check_same_vocab};
 
 /// Which parameters AdamW's decoupled weight decay shrinks (`--weight-decay-on`,
@@ -151,7 +150,7 @@ pub struct TrainConfig {
     /// Read the training loss, accuracy and gradient norm back from the device every this
     /// many steps (and before each validation and checkpoint): a step itself waits on no
     /// read-back. `metrics.csv` still gets a row per step; a non-finite step is found at the
-    /// next read ([`TrainError::NonFinite`]).
+    /// next read ([`TrainError::NonFinite`](crate::error::TrainError::NonFinite)).
     pub log_every: usize,
     /// Checkpoint every this many steps (and at the end).
     pub checkpoint_every: usize,
