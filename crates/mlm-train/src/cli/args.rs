@@ -395,15 +395,18 @@ impl TrainArgs {
     /// [`crate::config::Settings::resolve`] makes it final.
     pub(crate) fn config(&self) -> Result<TrainConfig, TrainError> {
         let mut c = TrainConfig::new(DEFAULT_CORPUS.into());
+        // The sequence length asked for, else the --data folder's.
+        let folder_len = match (&self.data, self.max_seq_len) {
+            (Some(data), None) => Some(Manifest::read(data)?.max_seq_len),
+            _ => None,
+        };
+        let asked_len = self.max_seq_len.or(folder_len);
         if let Some(dir) = &self.init_from {
-            // The checkpoint's positions must hold the sequence length: the one asked for,
-            // else the --data folder's, else the default as far as its positions go.
+            // The checkpoint's positions must hold the sequence length: the one asked (or
+            // the folder's), else the default as far as its positions go.
             let pretrained = Pretrained::read(dir)?;
-            c.max_seq_len = match (self.max_seq_len, &self.data) {
-                (Some(asked), _) => asked,
-                (None, Some(data)) => Manifest::read(data)?.max_seq_len,
-                (None, None) => c.max_seq_len.min(pretrained.config.max_sequence_len()),
-            };
+            let longest = pretrained.config.max_sequence_len();
+            c.max_seq_len = asked_len.unwrap_or(c.max_seq_len.min(longest));
             c.continue_from(&pretrained)?;
         }
         if let Some(path) = &self.config {
@@ -419,8 +422,8 @@ impl TrainArgs {
             c.corpus = PathBuf::new();
             c.data = Some(data.clone());
             // The folder's sequence length, unless one is asked for (then checked against it).
-            if self.max_seq_len.is_none() {
-                c.max_seq_len = Manifest::read(data)?.max_seq_len;
+            if let Some(len) = folder_len {
+                c.max_seq_len = len;
             }
         }
         if self.time_budget.is_some() {

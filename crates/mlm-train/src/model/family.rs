@@ -17,7 +17,7 @@ use super::bert::{self, HfBertConfig};
 use super::hf::HfName;
 use crate::data::{SubwordTokenizer, TokenizerKind};
 use crate::error::TrainError;
-use crate::files::{read_json, write_json};
+use crate::files::write_json;
 
 /// A Hugging Face model family (`model_type` in `config.json`), as a run's `config.json`
 /// names it (`model.family`, lowercase).
@@ -111,15 +111,26 @@ impl ModelFamily {
 }
 
 impl Architecture {
-    /// Our configuration of a checkpoint of this architecture, from its `config.json` at
-    /// `path`.
+    /// Our configuration of a checkpoint of this architecture, from `json`, its
+    /// `config.json` at `path` as read.
     ///
     /// # Errors
     /// [`TrainError::HfConfig`] naming `path` and the field for a model the architecture
-    /// does not compute exactly; [`TrainError::Json`] / [`TrainError::Io`].
-    pub fn read_config(self, path: &Path) -> Result<BertConfig, TrainError> {
+    /// does not compute exactly; [`TrainError::Json`] naming `path` for a field of the wrong
+    /// type.
+    pub fn read_config(
+        self,
+        json: serde_json::Value,
+        path: &Path,
+    ) -> Result<BertConfig, TrainError> {
+        let json_error = |source| TrainError::Json {
+            path: path.to_path_buf(),
+            source,
+        };
         match self {
-            Self::Bert => read_json::<HfBertConfig>(path)?.to_bert(path),
+            Self::Bert => serde_json::from_value::<HfBertConfig>(json)
+                .map_err(json_error)?
+                .to_bert(path),
         }
     }
 

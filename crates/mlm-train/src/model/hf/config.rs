@@ -3,8 +3,6 @@
 
 use std::path::Path;
 
-use serde::Deserialize;
-
 use crate::data::SubwordTokenizer;
 use crate::error::TrainError;
 use crate::files::read_json;
@@ -14,18 +12,6 @@ use crate::model::family::ModelFamily;
 /// The model configuration file of a Hugging Face folder.
 pub const CONFIG_FILE: &str = "config.json";
 
-/// The one field every family's `config.json` has.
-#[derive(Deserialize)]
-struct ModelType {
-    /// transformers' `PretrainedConfig.model_type` (`BertConfig`'s when absent).
-    #[serde(default = "bert")]
-    model_type: String,
-}
-
-fn bert() -> String {
-    ModelFamily::Bert.model_type().into()
-}
-
 /// Our configuration of the model whose `config.json` is at `path`, read by its family's
 /// architecture.
 ///
@@ -34,7 +20,14 @@ fn bert() -> String {
 /// (naming those it has), or a model the architecture does not compute exactly;
 /// [`TrainError::Json`] / [`TrainError::Io`] naming `path`.
 pub fn read_model_config(path: &Path) -> Result<BertConfig, TrainError> {
-    let ModelType { model_type } = read_json(path)?;
+    let json: serde_json::Value = read_json(path)?;
+    // transformers' `PretrainedConfig.model_type`, `BertConfig`'s when absent.
+    let model_type = match json.get("model_type") {
+        None => ModelFamily::Bert.model_type().to_string(),
+        Some(value) => value
+            .as_str()
+            .map_or_else(|| value.to_string(), str::to_string),
+    };
     let Some(family) = ModelFamily::from_model_type(&model_type) else {
         return Err(TrainError::HfConfig {
             path: path.to_path_buf(),
@@ -44,7 +37,7 @@ pub fn read_model_config(path: &Path) -> Result<BertConfig, TrainError> {
             ),
         });
     };
-    family.spec().architecture.read_config(path)
+    family.spec().architecture.read_config(json, path)
 }
 
 /// Writes the `config.json` that transformers needs to load a model of `config` as its
