@@ -162,6 +162,12 @@ pub enum MlmError {
         rule: &'static str,
     },
 
+    /// A chunked decoder and loss ([`crate::LogitsMode::Chunked`]) asked for chunks of 0 rows.
+    #[error(
+        "logits chunked by 0 rows: a chunk needs at least 1 row (LogitsMode::Auto picks a size)"
+    )]
+    ZeroChunkRows,
+
     /// A sentence that cannot be scored: empty, or longer than the model's positions.
     #[error("sentence {index}: {reason}")]
     InvalidSentence {

@@ -15,7 +15,7 @@ use burn::tensor::Device;
 use burn::tensor::{Int, Tensor};
 
 use crate::targets::check_positions;
-use crate::{MaskedTargets, MlmError};
+use crate::{MaskedCrossEntropy, MaskedTargets, MlmError, MlmLossOutput};
 
 /// GELU in its exact (erf) form, `x · Φ(x) = x/2 · (1 + erf(x/√2))`, as BERT and
 /// Hugging Face's `"gelu"` (Hendrycks & Gimpel 2016).
@@ -299,6 +299,49 @@ impl MlmHead {
         targets: &MaskedTargets,
         tied: Option<Tensor<2>>,
     ) -> Result<Tensor<2>, MlmError> {
+        self.check_targets(hidden.dims(), targets)?;
+        self.gathered(hidden, targets.positions().clone(), tied)
+    }
+
+    /// The masked-LM loss at the masked positions of `targets`: the head on the gathered
+    /// rows, then `loss`, with the logits whole or a chunk of rows at a time as `loss`'s
+    /// [`LogitsMode`](crate::LogitsMode) says. Chunked, the logits `[n_masked, vocab]` never
+    /// exist at once (the decoder and the loss run together); the numbers are the whole
+    /// path's, to the summation order. Reads nothing back from the device.
+    ///
+    /// # Shapes
+    /// - hidden: `[batch, seq, d_model]` with `[batch, seq] = targets.batch_and_seq()`
+    /// - tied: as in [`forward`](Self::forward)
+    ///
+    /// # Errors
+    /// As [`forward_targets`](Self::forward_targets).
+    pub fn forward_loss(
+        &self,
+        hidden: Tensor<3>,
+        targets: &MaskedTargets,
+        tied: Option<Tensor<2>>,
+        loss: &MaskedCrossEntropy,
+    ) -> Result<MlmLossOutput, MlmError> {
+        let rows = loss.chunk_rows(self.vocab_size);
+        let (Some(rows), false) = (rows, targets.is_empty()) else {
+            return loss.forward_targets(self.forward_targets(hidden, targets, tied)?, targets);
+        };
+        self.check_targets(hidden.dims(), targets)?;
+        let decoder = self.decoder_weight(tied)?;
+        let [batch, seq, d_model] = hidden.dims();
+        let hidden = hidden
+            .reshape([batch * seq, d_model])
+            .select(0, targets.positions().clone());
+        let hidden = match &self.transform {
+            Some(transform) => transform.forward(hidden),
+            None => hidden,
+        };
+        Ok(loss.forward_chunked((hidden, decoder, self.bias.val()), targets, rows))
+    }
+
+    /// Checks that `targets` index hidden states of shape `hidden` `[batch, seq, d_model]`
+    /// and this head's vocabulary.
+    fn check_targets(&self, hidden: [usize; 3], targets: &MaskedTargets) -> Result<(), MlmError> {
         if targets.vocab_size() != self.vocab_size {
             return Err(MlmError::ShapeMismatch {
                 what: "targets (the vocabulary they were checked against)",
@@ -306,7 +349,7 @@ impl MlmHead {
                 actual: vec![targets.vocab_size()],
             });
         }
-        let [batch, seq, d_model] = hidden.dims();
+        let [batch, seq, d_model] = hidden;
         let [target_batch, target_seq] = targets.batch_and_seq();
         if [batch, seq] != [target_batch, target_seq] {
             return Err(MlmError::ShapeMismatch {
@@ -325,7 +368,7 @@ impl MlmHead {
                 actual: vec![batch, seq, d_model],
             });
         }
-        self.gathered(hidden, targets.positions().clone(), tied)
+        Ok(())
     }
 
     /// The head on the rows `positions` (each in range) of `hidden`.

@@ -53,8 +53,9 @@ pub use attention::multi_head_attention;
 pub use error::MlmError;
 pub use head::{MlmHead, MlmHeadConfig, MlmHeadTransform, gelu, layer_norm};
 pub use loss::{
-    IGNORE_INDEX, MaskedCrossEntropy, MaskedCrossEntropyConfig, MlmLossOutput, Reduction,
-    masked_cross_entropy, masked_cross_entropy_with_labels,
+    CHUNK_LOGITS, CHUNKED_VOCAB_SIZE, IGNORE_INDEX, LogitsMode, MaskedCrossEntropy,
+    MaskedCrossEntropyConfig, MlmLossOutput, Reduction, masked_cross_entropy,
+    masked_cross_entropy_with_labels,
 };
 pub use masking::{MaskRates, MaskedBatch, Masker, MaskingConfig, SpanMaskingConfig};
 pub use scoring::{MaskedLanguageModel, PseudoLogLikelihood, SpecialTokenIds, prefers_grammatical};

@@ -20,7 +20,7 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Bool, DType, FloatDType, Gradients, Int, Tensor, TensorData};
 
-use crate::fused::{CrossEntropySum, cross_entropy_sum};
+use crate::fused::{CrossEntropySum, chunked_cross_entropy_sum, cross_entropy_sum};
 use crate::{MaskedTargets, MlmError};
 
 /// The label that marks a position as "not graded" (Hugging Face / PyTorch `ignore_index`).
@@ -89,6 +89,52 @@ impl MlmLossOutput {
     }
 }
 
+/// The vocabulary size from which [`LogitsMode::Auto`] chunks the logits: XLM-R's 250 002 and
+/// mmBERT's 256 000 are chunked; BERT's 30 522 and RoBERTa's 50 265 are not. Measured in
+/// `docs/PERFORMANCE.md` ("Large vocabularies").
+pub const CHUNKED_VOCAB_SIZE: usize = 100_000;
+
+/// The logits one chunk of [`LogitsMode::Auto`] holds, `rows × vocab ≤` this (16 M `f32`,
+/// 64 MiB): 67 rows at XLM-R's vocabulary.
+pub const CHUNK_LOGITS: usize = 1 << 24;
+
+/// How the head's decoder meets the loss ([`MlmHead::forward_loss`](crate::MlmHead::forward_loss)):
+/// the logits `[n_masked, vocab]` made whole, or a chunk of rows at a time.
+///
+/// Chunked, each chunk's logits `z = h Wᵀ + b` give their rows' `-log p(true token)` and,
+/// when a gradient is wanted, their gradients `∂/∂h = g W`, `∂/∂W += gᵀ h`, `∂/∂b += Σ g`
+/// (`g = softmax − onehot`), and are dropped: memory holds one chunk `[rows, vocab]` and
+/// those gradients, never the logits (Liger-Kernel's fused linear cross-entropy, Hsu et al.
+/// 2024, §3.2; Cut Cross-Entropy, Wijmans et al. 2024). At XLM-R-base's head (614 rows,
+/// vocabulary 250 002) the whole logits are 614 MB, twice that with their gradient.
+/// The same numbers either way, to the summation order (1e-5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum LogitsMode {
+    /// [`Chunked`](Self::Chunked) from [`CHUNKED_VOCAB_SIZE`] up, with chunks of
+    /// [`CHUNK_LOGITS`] `/ vocab` rows; [`Whole`](Self::Whole) below.
+    Auto,
+    /// The logits `[n_masked, vocab]` at once (the fused loss reads them in one sweep).
+    Whole,
+    /// `rows` masked rows at a time (`rows ≥ 1`).
+    Chunked {
+        /// Rows per chunk.
+        rows: usize,
+    },
+}
+
+impl LogitsMode {
+    /// The rows per chunk at vocabulary `vocab_size`, or `None` for whole logits.
+    pub fn chunk_rows(&self, vocab_size: usize) -> Option<usize> {
+        match *self {
+            Self::Auto => {
+                (vocab_size >= CHUNKED_VOCAB_SIZE).then(|| (CHUNK_LOGITS / vocab_size).max(1))
+            }
+            Self::Whole => None,
+            Self::Chunked { rows } => Some(rows),
+        }
+    }
+}
+
 /// Configuration of [`MaskedCrossEntropy`].
 #[derive(Config, Debug)]
 pub struct MaskedCrossEntropyConfig {
@@ -99,14 +145,22 @@ pub struct MaskedCrossEntropyConfig {
     /// Reduction of [`MlmLossOutput::loss`].
     #[config(default = "Reduction::Mean")]
     pub reduction: Reduction,
+    /// Whole or chunked logits, when the head and the loss run together
+    /// ([`MlmHead::forward_loss`](crate::MlmHead::forward_loss)).
+    #[config(default = "LogitsMode::Auto")]
+    pub logits: LogitsMode,
 }
 
 impl MaskedCrossEntropyConfig {
     /// Builds the loss module.
     ///
     /// # Errors
-    /// [`MlmError::InvalidProbability`] if `label_smoothing` is not in `[0, 1]`.
+    /// [`MlmError::InvalidProbability`] if `label_smoothing` is not in `[0, 1]`;
+    /// [`MlmError::ZeroChunkRows`] for `LogitsMode::Chunked { rows: 0 }`.
     pub fn init(&self) -> Result<MaskedCrossEntropy, MlmError> {
+        if self.logits == (LogitsMode::Chunked { rows: 0 }) {
+            return Err(MlmError::ZeroChunkRows);
+        }
         if !(0.0..=1.0).contains(&self.label_smoothing) {
             return Err(MlmError::InvalidProbability {
                 name: "label_smoothing",
@@ -116,6 +170,7 @@ impl MaskedCrossEntropyConfig {
         Ok(MaskedCrossEntropy {
             label_smoothing: self.label_smoothing,
             sum_reduction: self.reduction == Reduction::Sum,
+            logits: self.logits,
         })
     }
 }
@@ -128,6 +183,8 @@ impl MaskedCrossEntropyConfig {
 pub struct MaskedCrossEntropy {
     label_smoothing: f64,
     sum_reduction: bool,
+    #[module(skip)]
+    logits: LogitsMode,
 }
 
 impl MaskedCrossEntropy {
@@ -272,11 +329,44 @@ impl MaskedCrossEntropy {
         n_graded: usize,
     ) -> MlmLossOutput {
         // Σ over M of -log p(true token), with its gradient from the same sweep (fused.rs).
+        let sum = cross_entropy_sum(graded_logits, targets, self.label_smoothing);
+        self.mean_over(sum, n_graded)
+    }
+
+    /// The rows per chunk of this loss's [`LogitsMode`] at vocabulary `vocab_size`, or
+    /// `None` for whole logits.
+    pub fn chunk_rows(&self, vocab_size: usize) -> Option<usize> {
+        self.logits.chunk_rows(vocab_size)
+    }
+
+    /// The loss of the logits `z = hidden · weightᵀ + bias` at `targets`' masked rows, made
+    /// `chunk_rows` rows at a time and never whole ([`LogitsMode::Chunked`]).
+    ///
+    /// # Shapes
+    /// - hidden: `[n_masked, d_model]`, row `i` for `targets.positions()[i]` (after the
+    ///   head's transform)
+    /// - weight: `[vocab, d_model]`; bias: `[vocab]`
+    pub(crate) fn forward_chunked(
+        &self,
+        (hidden, weight, bias): (Tensor<2>, Tensor<2>, Tensor<1>),
+        targets: &MaskedTargets,
+        chunk_rows: usize,
+    ) -> MlmLossOutput {
+        let sum = chunked_cross_entropy_sum(
+            (to_f32(hidden), to_f32(weight), to_f32(bias)),
+            targets.targets().clone(),
+            self.label_smoothing,
+            chunk_rows,
+        );
+        self.mean_over(sum, targets.len())
+    }
+
+    /// Mean over M (or the sum, as configured) of `n_graded ≥ 1` rows' summed loss.
+    fn mean_over(&self, sum: CrossEntropySum, n_graded: usize) -> MlmLossOutput {
         let CrossEntropySum {
             loss_sum,
             n_correct,
-        } = cross_entropy_sum(graded_logits, targets, self.label_smoothing);
-        // Mean over M.
+        } = sum;
         let loss = if self.sum_reduction {
             loss_sum.clone()
         } else {
@@ -292,7 +382,7 @@ impl MaskedCrossEntropy {
 }
 
 /// The loss of logits with no graded row: exactly 0, with a zero gradient.
-fn no_graded_row(logits: Tensor<2>) -> MlmLossOutput {
+pub(crate) fn no_graded_row(logits: Tensor<2>) -> MlmLossOutput {
     // Keep the logits in the graph so that `backward` yields a zero gradient (not a
     // missing one); `mask_fill` passes no gradient to filled entries and replaces inf/NaN,
     // so the result is an exact 0.
@@ -308,10 +398,10 @@ fn no_graded_row(logits: Tensor<2>) -> MlmLossOutput {
 }
 
 /// f16/bf16 logits lose too much in exp/log: the loss is always computed in f32.
-fn to_f32(logits: Tensor<2>) -> Tensor<2> {
-    match logits.dtype() {
-        DType::F16 | DType::BF16 => logits.cast(FloatDType::F32),
-        _ => logits,
+fn to_f32<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    match x.dtype() {
+        DType::F16 | DType::BF16 => x.cast(FloatDType::F32),
+        _ => x,
     }
 }
 
@@ -321,6 +411,7 @@ impl Default for MaskedCrossEntropy {
         Self {
             label_smoothing: 0.0,
             sum_reduction: false,
+            logits: LogitsMode::Auto,
         }
     }
 }

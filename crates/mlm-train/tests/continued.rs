@@ -1,7 +1,8 @@
-//! Continued pretraining, step-exact to transformers: `tests/fixtures/continued/bert/` and
-//! `roberta/` are a tiny `BertForMaskedLM` and `RobertaForMaskedLM` that `make_reference.py`
-//! trained three AdamW steps in PyTorch on fixed masked batches (`bert.json`,
-//! `roberta.json`). Loaded through `train --init-from`'s code path ([`Pretrained`],
+//! Continued pretraining, step-exact to transformers: `tests/fixtures/continued/bert/`,
+//! `roberta/` and `xlm_roberta/` are a tiny `BertForMaskedLM`, `RobertaForMaskedLM` and
+//! `XLMRobertaForMaskedLM` (SentencePiece Unigram) that `make_reference.py` trained three
+//! AdamW steps in PyTorch on fixed masked batches (`bert.json`, `roberta.json`,
+//! `xlm_roberta.json`); the gradients at step 1 also through the chunked head and loss. Loaded through `train --init-from`'s code path ([`Pretrained`],
 //! [`TrainConfig::continue_from`], [`Trainer::from_model`]), our trainer takes the same steps:
 //! the same losses, gradient norms and learning rates, the same gradients at step 1 and the
 //! same weights after steps 1 and 3. Then the command itself: train, resume, export, and the
@@ -16,7 +17,7 @@ use burn::module::{Module, ModuleMapper, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
 use common::flex_device;
-use mlm_core::{IGNORE_INDEX, MaskedBatch, MaskedCrossEntropy};
+use mlm_core::{IGNORE_INDEX, LogitsMode, MaskedBatch, MaskedCrossEntropyConfig};
 use mlm_train::data::to_device;
 use mlm_train::model::hf::{Pretrained, save_hf};
 use mlm_train::train::step::forward_loss;
@@ -140,6 +141,11 @@ fn three_steps_from_a_roberta_checkpoint_match_pytorch() {
     three_steps_match_pytorch("roberta");
 }
 
+#[test]
+fn three_steps_from_an_xlm_roberta_checkpoint_match_pytorch() {
+    three_steps_match_pytorch("xlm_roberta");
+}
+
 /// The fixture `family` through `--init-from`'s code path, step by step against PyTorch.
 fn three_steps_match_pytorch(family: &str) {
     let (reference, device) = (reference(family), flex_device());
@@ -155,15 +161,22 @@ fn three_steps_match_pytorch(family: &str) {
     config.continue_from(&pretrained).unwrap();
     let model = pretrained.load_model(&device).unwrap();
 
-    // Step 1's gradient of the mean loss, every parameter.
+    // Step 1's gradient of the mean loss, every parameter, the logits whole and chunked.
     let whole = batch(&reference, 0, 0..4);
     let n_masked = whole.masked_positions.len() as f64;
     let (pad, vocab_size) = (pretrained.tokenizer.pad_id, pretrained.config.vocab_size);
-    let on_device = to_device(&whole, pad, vocab_size, &device).unwrap();
-    let out = forward_loss(&model, on_device, &MaskedCrossEntropy::default()).unwrap();
-    let grads = GradientsParams::from_grads((out.loss_sum / n_masked).backward(), &model);
-    let grads = by_hf_key(&gradients_as_model(&model, grads), &pretrained);
-    assert_close(&grads, &reference["gradients_step_1"], "gradient at step 1");
+    for logits in [LogitsMode::Whole, LogitsMode::Chunked { rows: 3 }] {
+        let on_device = to_device(&whole, pad, vocab_size, &device).unwrap();
+        let loss_fn = MaskedCrossEntropyConfig::new()
+            .with_logits(logits)
+            .init()
+            .unwrap();
+        let out = forward_loss(&model, on_device, &loss_fn).unwrap();
+        let grads = GradientsParams::from_grads((out.loss_sum / n_masked).backward(), &model);
+        let grads = by_hf_key(&gradients_as_model(&model, grads), &pretrained);
+        let what = format!("gradient at step 1, logits {logits:?}");
+        assert_close(&grads, &reference["gradients_step_1"], &what);
+    }
 
     // Three steps of the trainer, each batch in two shards on their own threads.
     let mut trainer = Trainer::from_model(&config, model, &pretrained.tokenizer, &device).unwrap();
@@ -269,6 +282,22 @@ fn train_init_from_bert_continues_resumes_and_exports_a_bert() {
 
 #[test]
 fn train_init_from_roberta_with_span_masking_continues_resumes_and_exports_a_roberta() {
+    continue_with_span_masking_and_export("roberta", "RobertaForMaskedLM", "RobertaTokenizer");
+}
+
+#[test]
+fn train_init_from_xlm_roberta_with_span_masking_continues_resumes_and_exports_an_xlm_roberta() {
+    continue_with_span_masking_and_export(
+        "xlm_roberta",
+        "XLMRobertaForMaskedLM",
+        "XLMRobertaTokenizer",
+    );
+}
+
+/// [`continue_resume_export`] of the fixture `family` on `paragraphs.txt` with span masking
+/// (its tokenizer's word starts, `Ġ` or `▁`): the export names `class` and `tokenizer_class`,
+/// RoBERTa's start and end ids and `<mask>`.
+fn continue_with_span_masking_and_export(family: &str, class: &str, tokenizer_class: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let corpus = tmp.path().join("corpus");
     std::fs::create_dir_all(&corpus).unwrap();
@@ -278,10 +307,10 @@ fn train_init_from_roberta_with_span_masking_continues_resumes_and_exports_a_rob
         let document = paragraphs[d % paragraphs.len()];
         std::fs::write(corpus.join(format!("doc-{d:03}.txt")), document).unwrap();
     }
-    let hf = continue_resume_export(tmp.path(), "roberta", &corpus, &["--masking", "span"]);
+    let hf = continue_resume_export(tmp.path(), family, &corpus, &["--masking", "span"]);
     let config: Value =
         serde_json::from_str(&std::fs::read_to_string(hf.join("config.json")).unwrap()).unwrap();
-    assert_eq!(config["architectures"][0], "RobertaForMaskedLM");
+    assert_eq!(config["architectures"][0], class);
     assert_eq!(
         (
             config["bos_token_id"].as_u64(),
@@ -292,7 +321,7 @@ fn train_init_from_roberta_with_span_masking_continues_resumes_and_exports_a_rob
     let tokenizer: Value =
         serde_json::from_str(&std::fs::read_to_string(hf.join("tokenizer_config.json")).unwrap())
             .unwrap();
-    assert_eq!(tokenizer["tokenizer_class"], "RobertaTokenizer");
+    assert_eq!(tokenizer["tokenizer_class"], tokenizer_class);
     assert_eq!(tokenizer["mask_token"], "<mask>");
 }
 

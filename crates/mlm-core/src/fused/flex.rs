@@ -21,7 +21,7 @@ use burn::tensor::{DType, GradientCheckpointingStrategy, Int, Shape, Tensor, Ten
 use rayon::prelude::*;
 
 use super::CrossEntropySum;
-use super::{attention, cpu};
+use super::{attention, chunked, cpu};
 
 /// Where a fused operation runs, read from its first input's device and every input's dtype.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -249,10 +249,10 @@ where
     let (values, node) = tracked_parts::<C, 2>(logits);
     let targets = plain(targets);
     let mut n_correct = 0;
-    let loss_sum = record::<C, 1, _>(SavedGradient, [node], |tracked| {
+    let loss_sum = record::<C, 1, _>(SavedGradients, [node], |tracked| {
         let (loss_sum, gradient, correct) = kernel(&values, targets, eps, tracked);
         n_correct = correct;
-        (loss_sum, gradient)
+        (loss_sum, gradient.map(|g| [g]))
     });
     CrossEntropySum {
         loss_sum: from_tracked::<C, 1>(loss_sum),
@@ -260,31 +260,92 @@ where
     }
 }
 
-/// Backward of the fused loss: its state is `∂ loss_sum / ∂ logits`, `[n, vocab]`.
+/// Backward of an operation whose forward made the gradients of its output `[1]` (a summed
+/// loss) with respect to its `N` inputs: its state. The fused loss, `∂ loss_sum / ∂ logits`
+/// `[n, vocab]`; the chunked decoder and loss, those of the hidden rows, weight and bias.
 #[derive(Debug)]
-struct SavedGradient;
+struct SavedGradients;
 
-impl Backward<Flex, 1> for SavedGradient {
-    type State = FlexTensor;
+impl<const N: usize> Backward<Flex, N> for SavedGradients {
+    type State = [FlexTensor; N];
 
     fn backward(
         self,
-        ops: Ops<Self::State, 1>,
+        ops: Ops<Self::State, N>,
         grads: &mut Gradients,
         _checkpointer: &mut Checkpointer,
     ) {
-        backward_with(ops, grads, |mut gradient, incoming| {
+        backward_with(ops, grads, |gradients, incoming| {
             let scale = values(&incoming)[0];
-            // In place: the saved gradient is this operation's alone (a shared one would be
-            // copied first), and a fresh [n, vocab] buffer would cost a tenth of the step
-            // at BERT-base shapes in page faults and memory traffic.
-            gradient
-                .storage_mut::<f32>()
-                .par_chunks_mut(CHUNK)
-                .for_each(|chunk| chunk.iter_mut().for_each(|g| *g *= scale));
-            [gradient]
+            gradients.map(|mut gradient| {
+                // In place: the saved gradient is this operation's alone (a shared one would
+                // be copied first), and a fresh [n, vocab] buffer would cost a tenth of the
+                // step at BERT-base shapes in page faults and memory traffic.
+                gradient
+                    .storage_mut::<f32>()
+                    .par_chunks_mut(CHUNK)
+                    .for_each(|chunk| chunk.iter_mut().for_each(|g| *g *= scale));
+                gradient
+            })
         });
     }
+}
+
+/// The chunked decoder and cross-entropy ([`chunked::sweep`]) of `f32` tensors on `Flex` or
+/// `Autodiff<Flex, C>` ([`on_flex`]): `hidden` `[n, d]`, `weight` `[vocab, d]`, `bias`
+/// `[vocab]`, `targets` `[n]`, `chunk_rows ≥ 1`; under autodiff one operation over the three
+/// floats, whose backward scales the gradients the sweep made.
+pub(crate) fn flex_chunked(
+    (hidden, weight, bias): (Tensor<2>, Tensor<2>, Tensor<1>),
+    targets: Tensor<1, Int>,
+    eps: f64,
+    chunk_rows: usize,
+) -> CrossEntropySum {
+    let device = hidden.device();
+    let targets = host_i64(plain(targets));
+    let sweep = |inputs: &[FlexTensor; 3], wants_gradients| {
+        let inputs = inputs.each_ref().map(values);
+        chunked::sweep(inputs, &targets, eps as f32, chunk_rows, wants_gradients)
+    };
+    let (loss_sum, n_correct) = match route(&hidden, &[]) {
+        Route::Plain => {
+            let inputs = [plain(hidden), plain(weight), plain(bias)].map(|x| x.to_contiguous());
+            let result = sweep(&inputs, false);
+            let loss_sum = flex_tensor(vec![result.loss_sum as f32], [1]);
+            (Tensor::from_primitive::<Flex>(loss_sum), result.n_correct)
+        }
+        Route::Tracked(strategy) => with_strategy!(strategy, |C| {
+            let (h, h_node) = tracked_parts::<C, 2>(hidden);
+            let (w, w_node) = tracked_parts::<C, 2>(weight);
+            let (b, b_node) = tracked_parts::<C, 1>(bias);
+            let inputs = [h, w, b].map(|x| x.to_contiguous());
+            let shapes = inputs.each_ref().map(|x| x.shape());
+            let mut n_correct = 0;
+            let loss_sum = record::<C, 3, _>(SavedGradients, [h_node, w_node, b_node], |tracked| {
+                let result = sweep(&inputs, tracked);
+                n_correct = result.n_correct;
+                let gradients = result.gradients.map(|gradients| {
+                    let mut shapes = shapes.clone().into_iter();
+                    gradients.map(|g| flex_tensor(g, shapes.next().expect("three shapes")))
+                });
+                (flex_tensor(vec![result.loss_sum as f32], [1]), gradients)
+            });
+            (from_tracked::<C, 1>(loss_sum), n_correct)
+        }),
+        Route::Other => unreachable!("flex_chunked off flex: the caller checks on_flex"),
+    };
+    CrossEntropySum {
+        loss_sum,
+        n_correct: count(n_correct, &device),
+    }
+}
+
+/// An `Int` tensor's values as `i64`.
+fn host_i64(x: FlexTensor) -> Vec<i64> {
+    x.into_data()
+        .convert::<i64>()
+        .try_into_vec::<i64>()
+        .expect("an Int tensor converts to i64")
 }
 
 /// `(loss_sum [1], gradient [n, vocab] when asked, n_correct)` of `f32` logits, rows in
@@ -296,11 +357,7 @@ fn kernel(
     wants_gradient: bool,
 ) -> (FlexTensor, Option<FlexTensor>, usize) {
     let [n, vocab] = logits.shape().dims::<2>();
-    let targets = targets
-        .into_data()
-        .convert::<i64>()
-        .try_into_vec::<i64>()
-        .expect("an Int tensor converts to i64");
+    let targets = host_i64(targets);
     let logits = logits.to_contiguous();
     let z = values(&logits);
     let eps = eps as f32;

@@ -21,6 +21,7 @@
 //! hands over the backend's own primitive), so a backend needs no trait of ours to keep
 //! working, and CubeCL kernels for wgpu and cuda can join the same way.
 
+use burn::tensor::activation::softmax;
 use burn::tensor::{Int, Tensor};
 
 /// Σ over rows of the label-smoothed negative log-likelihood, and how many rows the logits
@@ -79,8 +80,85 @@ pub(crate) fn composed(
     }
 }
 
+/// [`cross_entropy_sum`] of the logits `hidden · weightᵀ + bias` (`hidden` `[n, d]`, `n ≥ 1`;
+/// `weight` `[vocab, d]`; `bias` `[vocab]`), `chunk_rows ≥ 1` rows at a time: the logits are
+/// never whole. The fused sweep on flex, [`composed_chunked`] elsewhere.
+pub(crate) fn chunked_cross_entropy_sum(
+    (hidden, weight, bias): (Tensor<2>, Tensor<2>, Tensor<1>),
+    targets: Tensor<1, Int>,
+    label_smoothing: f64,
+    chunk_rows: usize,
+) -> CrossEntropySum {
+    #[cfg(feature = "flex")]
+    if flex::on_flex(&hidden, &[hidden.dtype(), weight.dtype(), bias.dtype()]) {
+        let inputs = (hidden, weight, bias);
+        return flex::flex_chunked(inputs, targets, label_smoothing, chunk_rows);
+    }
+    composed_chunked((hidden, weight, bias), targets, label_smoothing, chunk_rows)
+}
+
+/// [`chunked_cross_entropy_sum`] in plain tensor ops, on any backend. Each chunk's logits,
+/// off the autodiff graph, give their rows' loss ([`composed`]) and, when a gradient is
+/// wanted, `g = softmax − (1 − ε) onehot − ε / vocab`, hence `∂/∂h = g W`, `∂/∂W += gᵀ h`
+/// and `∂/∂b += Σ_rows g`. Those gradients enter the graph as `Σ x ⊙ ∂x` for each input
+/// `x`, whose gradient is `∂x` and whose value is taken back out: autodiff then needs none
+/// of the logits.
+fn composed_chunked(
+    (hidden, weight, bias): (Tensor<2>, Tensor<2>, Tensor<1>),
+    targets: Tensor<1, Int>,
+    eps: f64,
+    chunk_rows: usize,
+) -> CrossEntropySum {
+    let tracked = hidden.is_tracked() || weight.is_tracked() || bias.is_tracked();
+    let [n, _] = hidden.dims();
+    let vocab = bias.dims()[0];
+    let (h, w) = (hidden.clone().inner(), weight.clone().inner());
+    let b = bias.clone().inner().unsqueeze_dim::<2>(0);
+    let device = h.device();
+    let mut loss_sum = Tensor::<1>::zeros([1], &device);
+    let mut n_correct = Tensor::<1, Int>::zeros([1], &device);
+    let (mut dh, mut dw, mut db) = (Vec::new(), Tensor::zeros(w.dims(), &device), b.zeros_like());
+    for start in (0..n).step_by(chunk_rows) {
+        let rows = chunk_rows.min(n - start);
+        let (h, targets) = (
+            h.clone().narrow(0, start, rows),
+            targets.clone().narrow(0, start, rows),
+        );
+        let logits = h.clone().matmul(w.clone().transpose()) + b.clone();
+        let chunk = composed(logits.clone(), targets.clone(), eps);
+        loss_sum = loss_sum + chunk.loss_sum;
+        n_correct = n_correct + chunk.n_correct;
+        if tracked {
+            let onehot = targets.one_hot::<2>(vocab).float();
+            let g = softmax(logits, 1) - onehot * (1.0 - eps) - eps / vocab as f64;
+            dh.push(g.clone().matmul(w.clone()));
+            dw = dw + g.clone().transpose().matmul(h);
+            db = db + g.sum_dim(0);
+        }
+    }
+    if !hidden.is_autodiff() {
+        return CrossEntropySum {
+            loss_sum,
+            n_correct,
+        };
+    }
+    let mut loss_sum = Tensor::from_inner(loss_sum);
+    if tracked {
+        let injected = (hidden * Tensor::cat(dh, 0)).sum()
+            + (weight * dw).sum()
+            + (bias * db.squeeze_dim::<1>(0)).sum();
+        loss_sum = loss_sum + injected.clone() - injected.detach();
+    }
+    CrossEntropySum {
+        loss_sum,
+        n_correct: Tensor::from_inner(n_correct),
+    }
+}
+
 #[cfg(feature = "flex")]
 mod attention;
+#[cfg(feature = "flex")]
+mod chunked;
 // The kernels' arithmetic: used by the flex kernels, and tested on its own.
 #[cfg(any(feature = "flex", test))]
 mod cpu;

@@ -1,6 +1,7 @@
 //! The subword tokenizer (the `tokenizers` crate): a WordPiece vocabulary trained on the
-//! training split or loaded from a `tokenizer.json` or a BERT `vocab.txt`, or RoBERTa's
-//! byte-level BPE from a `tokenizer.json` or `vocab.json` + `merges.txt`.
+//! training split or loaded from a `tokenizer.json` or a BERT `vocab.txt`, RoBERTa's
+//! byte-level BPE from a `tokenizer.json` or `vocab.json` + `merges.txt`, or XLM-R's
+//! SentencePiece Unigram from a `tokenizer.json`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -35,6 +36,9 @@ pub const SPECIAL_TOKENS: [&str; 5] = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MAS
 /// (`[CLS]`'s place), end (`[SEP]`'s) and mask.
 pub const ROBERTA_SPECIAL_TOKENS: [&str; 5] = ["<pad>", "<unk>", "<s>", "</s>", "<mask>"];
 
+/// SentencePiece's word start, `▁` (U+2581), which a Metaspace pre-tokenizer puts for a space.
+const METASPACE: char = '\u{2581}';
+
 /// The subword model of a tokenizer: it fixes the special tokens and where words start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TokenizerKind {
@@ -43,6 +47,9 @@ pub enum TokenizerKind {
     /// RoBERTa's byte-level BPE (`<s> … </s>`, Radford et al. 2019, §2.2): a word after a
     /// space starts with `Ġ`, the encoded space.
     ByteLevelBpe,
+    /// XLM-R's SentencePiece Unigram (`<s> … </s>`, Kudo 2018; Conneau et al. 2020): its
+    /// Metaspace pre-tokenizer starts each word with `▁`.
+    Unigram,
 }
 
 impl TokenizerKind {
@@ -59,6 +66,7 @@ impl TokenizerKind {
         match tokenizer.get_model() {
             ModelWrapper::WordPiece(_) => Ok(Self::WordPiece),
             ModelWrapper::BPE(_) if byte_level => Ok(Self::ByteLevelBpe),
+            ModelWrapper::Unigram(_) => Ok(Self::Unigram),
             model => {
                 let kind = serde_json::to_value(model)
                     .ok()
@@ -70,8 +78,8 @@ impl TokenizerKind {
                     ""
                 };
                 Err(format!(
-                    "its model is {kind}{level}; only WordPiece (BERT) and byte-level BPE \
-                     (RoBERTa) tokenizers are supported"
+                    "its model is {kind}{level}; only WordPiece (BERT), byte-level BPE \
+                     (RoBERTa) and Unigram (XLM-R) tokenizers are supported"
                 ))
             }
         }
@@ -82,6 +90,7 @@ impl TokenizerKind {
         match self {
             Self::WordPiece => "WordPiece",
             Self::ByteLevelBpe => "byte-level BPE",
+            Self::Unigram => "Unigram",
         }
     }
 
@@ -89,7 +98,7 @@ impl TokenizerKind {
     pub fn special_tokens(self) -> [&'static str; 5] {
         match self {
             Self::WordPiece => SPECIAL_TOKENS,
-            Self::ByteLevelBpe => ROBERTA_SPECIAL_TOKENS,
+            Self::ByteLevelBpe | Self::Unigram => ROBERTA_SPECIAL_TOKENS,
         }
     }
 
@@ -99,6 +108,7 @@ impl TokenizerKind {
         match self {
             Self::WordPiece => token.starts_with("##"),
             Self::ByteLevelBpe => !token.starts_with('Ġ'),
+            Self::Unigram => !token.starts_with(METASPACE),
         }
     }
 
@@ -112,7 +122,7 @@ impl TokenizerKind {
                 .filter(|(token, _)| token.starts_with('[') && token.ends_with(']'))
                 .map(|(_, id)| id)
                 .collect(),
-            Self::ByteLevelBpe => tokenizer
+            Self::ByteLevelBpe | Self::Unigram => tokenizer
                 .get_added_tokens_decoder()
                 .into_iter()
                 .filter(|(_, token)| token.special)
@@ -136,9 +146,11 @@ impl TokenizerKind {
                 .build()
                 .map_err(|e| e.to_string())?
                 .into(),
-            Self::ByteLevelBpe => RobertaProcessing::new((sep, sep_id), (cls, cls_id))
-                .add_prefix_space(false)
-                .into(),
+            Self::ByteLevelBpe | Self::Unigram => {
+                RobertaProcessing::new((sep, sep_id), (cls, cls_id))
+                    .add_prefix_space(false)
+                    .into()
+            }
         })
     }
 }
@@ -364,10 +376,22 @@ impl SubwordTokenizer {
     /// ([`TokenizerKind::continues_word`]).
     ///
     /// # Errors
-    /// [`TrainError::Tokenizer`] if the ids have gaps ([`vocab`](Self::vocab)).
+    /// [`TrainError::Tokenizer`] if the ids have gaps ([`vocab`](Self::vocab)), or a
+    /// Unigram vocabulary has no piece that starts a word with `▁` (no Metaspace
+    /// pre-tokenizer), so that every token would continue one word.
     pub fn word_continuations(&self) -> Result<Vec<bool>, TrainError> {
-        Ok(self
-            .vocab()?
+        let vocab = self.vocab()?;
+        if self.kind == TokenizerKind::Unigram && !vocab.iter().any(|t| t.starts_with(METASPACE)) {
+            return Err(TrainError::Tokenizer {
+                path: "(vocabulary)".into(),
+                reason: "this Unigram vocabulary has no piece that starts with \u{2581}, \
+                         SentencePiece's word start (its pre-tokenizer is not Metaspace), so \
+                         whole-word and span masking cannot tell where a word starts: use \
+                         --masking token"
+                    .into(),
+            });
+        }
+        Ok(vocab
             .iter()
             .map(|token| self.kind.continues_word(token))
             .collect())
@@ -454,6 +478,8 @@ impl SubwordTokenizer {
         match self.kind {
             TokenizerKind::WordPiece => self.encode(text),
             TokenizerKind::ByteLevelBpe => self.encode(&format!(" {text}")),
+            // Metaspace starts the first word with `▁` already.
+            TokenizerKind::Unigram => self.encode(text),
         }
     }
 
@@ -473,13 +499,15 @@ impl SubwordTokenizer {
         let unknown = || self.kind.special_tokens()[1].to_string();
         match self.kind {
             TokenizerKind::WordPiece => self.inner.id_to_token(id).unwrap_or_else(unknown),
-            TokenizerKind::ByteLevelBpe => match self.inner.id_to_token(id) {
-                Some(_) => self
-                    .inner
-                    .decode(&[id], false)
-                    .unwrap_or_else(|_| unknown()),
-                None => unknown(),
-            },
+            TokenizerKind::ByteLevelBpe | TokenizerKind::Unigram => {
+                match self.inner.id_to_token(id) {
+                    Some(_) => self
+                        .inner
+                        .decode(&[id], false)
+                        .unwrap_or_else(|_| unknown()),
+                    None => unknown(),
+                }
+            }
         }
     }
 }

@@ -30,6 +30,10 @@ pub enum ModelFamily {
     /// `RobertaForMaskedLM` (Liu et al. 2019): byte-level BPE, positions from
     /// `padding_idx + 1`, one segment, `lm_head.*` names.
     Roberta,
+    /// `XLMRobertaForMaskedLM` (Conneau et al. 2020): RoBERTa's encoder and names over a
+    /// SentencePiece Unigram vocabulary (250 002 tokens in XLM-R).
+    #[serde(rename = "xlm-roberta")]
+    XlmRoberta,
 }
 
 /// The architectures, one folder each, that compute the families.
@@ -49,8 +53,8 @@ pub struct Family {
     pub model_type: &'static str,
     /// The masked-LM class transformers loads an export as (`architectures`).
     pub class: &'static str,
-    /// The tokenizer its checkpoints read ids of.
-    pub tokenizer: TokenizerKind,
+    /// The tokenizers its checkpoints read ids of.
+    pub tokenizers: &'static [TokenizerKind],
     /// Whether positions count from `pad_token_id + 1` (transformers'
     /// `create_position_ids_from_input_ids`), not from 0.
     pub positions_after_padding: bool,
@@ -59,12 +63,12 @@ pub struct Family {
 }
 
 /// The registry: one row per family.
-pub const FAMILIES: [Family; 2] = [
+pub const FAMILIES: [Family; 3] = [
     Family {
         family: ModelFamily::Bert,
         model_type: "bert",
         class: "BertForMaskedLM",
-        tokenizer: TokenizerKind::WordPiece,
+        tokenizers: &[TokenizerKind::WordPiece],
         positions_after_padding: false,
         architecture: Architecture::Bert,
     },
@@ -72,7 +76,15 @@ pub const FAMILIES: [Family; 2] = [
         family: ModelFamily::Roberta,
         model_type: "roberta",
         class: "RobertaForMaskedLM",
-        tokenizer: TokenizerKind::ByteLevelBpe,
+        tokenizers: &[TokenizerKind::ByteLevelBpe],
+        positions_after_padding: true,
+        architecture: Architecture::Bert,
+    },
+    Family {
+        family: ModelFamily::XlmRoberta,
+        model_type: "xlm-roberta",
+        class: "XLMRobertaForMaskedLM",
+        tokenizers: &[TokenizerKind::Unigram, TokenizerKind::ByteLevelBpe],
         positions_after_padding: true,
         architecture: Architecture::Bert,
     },
@@ -100,13 +112,17 @@ impl ModelFamily {
             .map(|row| row.family)
     }
 
-    /// The `model_type`s of the registry, for a refusal: `"bert" or "roberta"`.
+    /// The `model_type`s of the registry, for a refusal: `"bert", "roberta" or "xlm-roberta"`.
     pub fn supported() -> String {
         let quoted: Vec<String> = FAMILIES
             .iter()
             .map(|row| format!("{:?}", row.model_type))
             .collect();
-        quoted.join(" or ")
+        match quoted.split_last() {
+            Some((last, [])) => last.clone(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
+        }
     }
 }
 

@@ -10,7 +10,7 @@ pub mod family;
 pub mod hf;
 
 use burn::tensor::{Bool, Int, Tensor};
-use mlm_core::{MaskedLanguageModel, MlmError};
+use mlm_core::{MaskedCrossEntropy, MaskedLanguageModel, MlmError, MlmLossOutput};
 
 use crate::data::DeviceBatch;
 
@@ -30,6 +30,18 @@ pub trait MaskedLm: MaskedLanguageModel + Send + Sync {
     /// [`MlmError::ShapeMismatch`] if `batch.targets` were checked for another batch shape
     /// or vocabulary.
     fn forward_batch(&self, batch: DeviceBatch) -> Result<Tensor<2>, MlmError>;
+
+    /// The masked-LM loss of `batch` under `loss_fn`, the logits whole or chunked as its
+    /// [`LogitsMode`](mlm_core::LogitsMode) says ([`mlm_core::MlmHead::forward_loss`]):
+    /// the training step's forward.
+    ///
+    /// # Errors
+    /// As [`forward_batch`](Self::forward_batch).
+    fn loss_batch(
+        &self,
+        batch: DeviceBatch,
+        loss_fn: &MaskedCrossEntropy,
+    ) -> Result<MlmLossOutput, MlmError>;
 
     /// Logits at every position of one segment, `[batch, seq, vocab_size]` (fill-mask).
     ///

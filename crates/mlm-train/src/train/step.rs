@@ -11,8 +11,9 @@ use crate::data::DeviceBatch;
 use crate::error::TrainError;
 use crate::model::{BertForMaskedLm, MaskedLm};
 
-/// Masked-LM loss of `model` on `batch`: logits at the masked positions only, then
-/// `loss_fn` against the original ids. Reads nothing back from the device.
+/// Masked-LM loss of `model` on `batch`: the head at the masked positions only, then
+/// `loss_fn` against the original ids, the logits whole or chunked as `loss_fn` says
+/// ([`MaskedLm::loss_batch`]). Reads nothing back from the device.
 ///
 /// # Errors
 /// [`MlmError`](mlm_core::MlmError) for targets checked against another batch shape or
@@ -22,8 +23,7 @@ pub fn forward_loss(
     batch: DeviceBatch,
     loss_fn: &MaskedCrossEntropy,
 ) -> Result<mlm_core::MlmLossOutput, TrainError> {
-    let targets = batch.targets.clone();
-    Ok(loss_fn.forward_targets(model.forward_batch(batch)?, &targets)?)
+    Ok(model.loss_batch(batch, loss_fn)?)
 }
 
 /// One shard's share of an optimizer step, or the shards' sum.

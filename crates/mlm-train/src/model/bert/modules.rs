@@ -10,7 +10,10 @@ use burn::module::Module;
 use burn::nn::{Dropout, Embedding, LayerNorm, Linear};
 use burn::tensor::{Bool, Int, Tensor};
 use mlm_core::attention::{self, PADDING_BIAS};
-use mlm_core::{MaskedLanguageModel, MaskedTargets, MlmError, MlmHead, gelu, multi_head_attention};
+use mlm_core::{
+    MaskedCrossEntropy, MaskedLanguageModel, MaskedTargets, MlmError, MlmHead, MlmLossOutput, gelu,
+    multi_head_attention,
+};
 
 #[cfg(doc)]
 use super::config::BertConfig;
@@ -280,6 +283,17 @@ impl MaskedLanguageModel for BertForMaskedLm {
 impl MaskedLm for BertForMaskedLm {
     fn forward_batch(&self, batch: DeviceBatch) -> Result<Tensor<2>, MlmError> {
         BertForMaskedLm::forward_batch(self, batch)
+    }
+
+    fn loss_batch(
+        &self,
+        batch: DeviceBatch,
+        loss_fn: &MaskedCrossEntropy,
+    ) -> Result<MlmLossOutput, MlmError> {
+        let hidden = self.encode(batch.input_ids, batch.token_type_ids, batch.padding_mask);
+        let tied = Some(self.embeddings.word_embeddings.weight.val());
+        self.head
+            .forward_loss(hidden, &batch.targets, tied, loss_fn)
     }
 
     fn all_logits(

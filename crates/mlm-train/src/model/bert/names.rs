@@ -21,7 +21,8 @@ struct FamilyKeys {
     decoder: &'static str,
 }
 
-/// `modeling_bert.py`'s `BertForMaskedLM` and `modeling_roberta.py`'s `RobertaForMaskedLM`.
+/// `modeling_bert.py`'s `BertForMaskedLM`, `modeling_roberta.py`'s `RobertaForMaskedLM` and
+/// `modeling_xlm_roberta.py`'s `XLMRobertaForMaskedLM` (RoBERTa's names).
 fn family_keys(family: ModelFamily) -> FamilyKeys {
     match family {
         ModelFamily::Bert => FamilyKeys {
@@ -31,7 +32,7 @@ fn family_keys(family: ModelFamily) -> FamilyKeys {
             bias: "cls.predictions.bias",
             decoder: "cls.predictions.decoder",
         },
-        ModelFamily::Roberta => FamilyKeys {
+        ModelFamily::Roberta | ModelFamily::XlmRoberta => FamilyKeys {
             base: "roberta",
             dense: "lm_head.dense",
             layer_norm: "lm_head.layer_norm",

@@ -48,15 +48,16 @@ impl Pretrained {
         let config = read_model_config(&path)?;
         let tokenizer_file = tokenizer_file(dir)?;
         let tokenizer = SubwordTokenizer::from_file(&tokenizer_file)?;
-        let kind = config.family.spec().tokenizer;
-        if tokenizer.kind != kind {
+        let kinds = config.family.spec().tokenizers;
+        if !kinds.contains(&tokenizer.kind) {
+            let names: Vec<&str> = kinds.iter().map(|kind| kind.name()).collect();
             return Err(TrainError::Tokenizer {
                 path: tokenizer_file,
                 reason: format!(
                     "is {}, but a {} model reads {} ids",
                     tokenizer.kind.name(),
                     config.family.model_type(),
-                    kind.name()
+                    names.join(" or ")
                 ),
             });
         }

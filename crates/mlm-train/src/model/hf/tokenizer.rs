@@ -10,8 +10,8 @@ use crate::files::{write_atomic, write_json};
 
 /// Writes the tokenizer as transformers reads it: `tokenizer.json` (fast tokenizer),
 /// `tokenizer_config.json` and `special_tokens_map.json`; for WordPiece also `vocab.txt`
-/// (one token per line, in id order), for byte-level BPE RoBERTa's roles (`bos_token`,
-/// `eos_token`).
+/// (one token per line, in id order), for byte-level BPE and Unigram RoBERTa's and XLM-R's
+/// roles (`bos_token`, `eos_token`).
 ///
 /// # Errors
 /// [`TrainError::Tokenizer`] if the vocabulary cannot be listed; [`TrainError::Io`] /
@@ -33,10 +33,13 @@ pub fn save_tokenizer(
             write_atomic(&dir.join("vocab.txt"), vocab.as_bytes())?;
             "BertTokenizer"
         }
-        TokenizerKind::ByteLevelBpe => {
+        TokenizerKind::ByteLevelBpe | TokenizerKind::Unigram => {
             specials["bos_token"] = json!(cls);
             specials["eos_token"] = json!(sep);
-            "RobertaTokenizer"
+            match tokenizer.kind {
+                TokenizerKind::Unigram => "XLMRobertaTokenizer",
+                _ => "RobertaTokenizer",
+            }
         }
     };
     write_json(&dir.join("special_tokens_map.json"), &specials)?;
@@ -44,6 +47,7 @@ pub fn save_tokenizer(
     match tokenizer.kind {
         TokenizerKind::WordPiece => specials["do_lower_case"] = json!(true),
         TokenizerKind::ByteLevelBpe => specials["add_prefix_space"] = json!(false),
+        TokenizerKind::Unigram => {}
     }
     specials["model_max_length"] = json!(model_max_length);
     write_json(&dir.join("tokenizer_config.json"), &specials)

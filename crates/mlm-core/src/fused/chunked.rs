@@ -1,0 +1,231 @@
+//! The decoder and the cross-entropy over chunks of rows, on contiguous `f32` data: the
+//! logits of one chunk exist at a time, never the whole `[n, vocab]`.
+//!
+//! Per chunk of `c` rows: `z = b + h_c Wᵀ` (one product onto the bias rows), each row's
+//! `-log p(true token)` and its gradient `g = softmax − onehot` in one sweep (the fused row
+//! kernel, [`cpu::cross_entropy_row`]), then `dh_c = g W`, `dW += gᵀ h_c` (a product
+//! accumulating in place) and `db += Σ_rows g`. The gradients are made in the forward, as
+//! Liger-Kernel's fused linear cross-entropy does (Hsu et al. 2024, §3.2): the backward
+//! then only scales them, and no logit is computed twice.
+
+use rayon::prelude::*;
+
+use super::cpu;
+
+/// The loss of a sweep, and the gradients of its summed loss when asked for.
+pub(super) struct Sweep {
+    /// `Σ_rows -log p(true token)` (label-smoothed), summed in row order.
+    pub(super) loss_sum: f64,
+    /// Rows whose arg-max logit is the target.
+    pub(super) n_correct: usize,
+    /// `∂ loss_sum / ∂ (hidden, weight, bias)`: `[n, d]`, `[vocab, d]`, `[vocab]`.
+    pub(super) gradients: Option<[Vec<f32>; 3]>,
+}
+
+/// A row-major matrix in a slice, read as its transpose when `transposed`.
+#[derive(Clone, Copy)]
+struct Matrix<'a> {
+    data: &'a [f32],
+    rows: usize,
+    cols: usize,
+    transposed: bool,
+}
+
+impl<'a> Matrix<'a> {
+    fn new(data: &'a [f32], cols: usize) -> Self {
+        Self {
+            data,
+            rows: data.len() / cols,
+            cols,
+            transposed: false,
+        }
+    }
+
+    fn t(self) -> Self {
+        Self {
+            transposed: !self.transposed,
+            ..self
+        }
+    }
+
+    /// `[rows, cols]` as read, and the strides `(row, column)` of that reading.
+    fn read(&self) -> ([usize; 2], [isize; 2]) {
+        let (r, c) = (self.rows, self.cols as isize);
+        if self.transposed {
+            ([self.cols, r], [1, c])
+        } else {
+            ([r, self.cols], [c, 1])
+        }
+    }
+}
+
+/// `dst = lhs · rhs`, or `dst += lhs · rhs` when `accumulate`; `dst` row-major. On rayon's
+/// pool, as burn-flex's own products.
+///
+/// # Panics
+/// If the shapes do not chain or `dst` is not `lhs.rows × rhs.cols`.
+fn product(dst: &mut [f32], lhs: Matrix, rhs: Matrix, accumulate: bool) {
+    let ([m, k], [lhs_rs, lhs_cs]) = lhs.read();
+    let ([k2, n], [rhs_rs, rhs_cs]) = rhs.read();
+    assert!(
+        k == k2 && dst.len() == m * n,
+        "product of [{m}, {k}] and [{k2}, {n}]"
+    );
+    // SAFETY: the asserts above and `Matrix::new` keep every view inside its slice.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            lhs.data.as_ptr(),
+            lhs_cs,
+            lhs_rs,
+            rhs.data.as_ptr(),
+            rhs_cs,
+            rhs_rs,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::Rayon(0),
+        );
+    }
+}
+
+/// The summed cross-entropy of `z = h Wᵀ + b` against `targets`, `chunk_rows` rows at a
+/// time; `h` `[n, d]`, `w` `[vocab, d]`, `b` `[vocab]`, `targets` `[n]` in `0..vocab`.
+pub(super) fn sweep(
+    [h, w, b]: [&[f32]; 3],
+    targets: &[i64],
+    eps: f32,
+    chunk_rows: usize,
+    wants_gradients: bool,
+) -> Sweep {
+    let (vocab, n) = (b.len(), targets.len());
+    let d = w.len() / vocab;
+    let rows = chunk_rows.clamp(1, n.max(1));
+    let mut z = vec![0f32; rows * vocab];
+    let mut g = vec![0f32; if wants_gradients { rows * vocab } else { 0 }];
+    let mut gradients =
+        wants_gradients.then(|| [vec![0f32; n * d], vec![0f32; w.len()], vec![0f32; vocab]]);
+    let (mut loss_sum, mut n_correct) = (0f64, 0usize);
+    for (chunk, targets) in targets.chunks(rows).enumerate() {
+        let c = targets.len();
+        let h_c = &h[chunk * rows * d..][..c * d];
+        // Logits of the chunk: the bias rows, plus h_c Wᵀ.
+        let z = &mut z[..c * vocab];
+        z.par_chunks_mut(vocab)
+            .for_each(|row| row.copy_from_slice(b));
+        product(z, Matrix::new(h_c, d), Matrix::new(w, d).t(), true);
+        // -log p(true token) per row, and its gradient in the same sweep.
+        let per_row: Vec<(f32, bool)> = match gradients.is_some() {
+            true => {
+                let g = &mut g[..c * vocab];
+                (z.par_chunks(vocab).zip(g.par_chunks_mut(vocab)))
+                    .zip(targets.par_iter())
+                    .map(|((z, g), &t)| cpu::cross_entropy_row(z, t as usize, eps, Some(g)))
+                    .collect()
+            }
+            false => (z.par_chunks(vocab).zip(targets.par_iter()))
+                .map(|(z, &t)| cpu::cross_entropy_row(z, t as usize, eps, None))
+                .collect(),
+        };
+        // Summed in row order: the same loss on every run, whatever the threads did.
+        loss_sum += per_row.iter().map(|&(nll, _)| f64::from(nll)).sum::<f64>();
+        n_correct += per_row.iter().filter(|&&(_, correct)| correct).count();
+        if let Some([dh, dw, db]) = &mut gradients {
+            let g = &g[..c * vocab];
+            // dh_c = g W; dW += gᵀ h_c; db += Σ_rows g.
+            product(
+                &mut dh[chunk * rows * d..][..c * d],
+                Matrix::new(g, vocab),
+                Matrix::new(w, d),
+                false,
+            );
+            product(dw, Matrix::new(g, vocab).t(), Matrix::new(h_c, d), true);
+            db.par_chunks_mut(CHUNK).enumerate().for_each(|(i, db)| {
+                for row in g.chunks(vocab) {
+                    let row = &row[i * CHUNK..][..db.len()];
+                    db.iter_mut().zip(row).for_each(|(db, g)| *db += g);
+                }
+            });
+        }
+    }
+    Sweep {
+        loss_sum,
+        n_correct,
+        gradients,
+    }
+}
+
+/// Bias entries per parallel task.
+const CHUNK: usize = 4096;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The dense reference in f64: loss, and the gradients of the summed loss.
+    fn dense(h: &[f32], w: &[f32], b: &[f32], targets: &[i64]) -> (f64, [Vec<f64>; 3]) {
+        let (vocab, d) = (b.len(), h.len() / targets.len());
+        let (mut loss, mut dh, mut dw, mut db) = (
+            0.0,
+            vec![0.0; h.len()],
+            vec![0.0; w.len()],
+            vec![0.0; vocab],
+        );
+        for (i, &t) in targets.iter().enumerate() {
+            let h = &h[i * d..][..d];
+            let z: Vec<f64> = (0..vocab)
+                .map(|v| {
+                    f64::from(b[v]) + (0..d).map(|k| f64::from(h[k] * w[v * d + k])).sum::<f64>()
+                })
+                .collect();
+            let max = z.iter().cloned().fold(f64::MIN, f64::max);
+            let sum: f64 = z.iter().map(|z| (z - max).exp()).sum();
+            loss += max + sum.ln() - z[t as usize];
+            for v in 0..vocab {
+                let g = (z[v] - max).exp() / sum - f64::from(u8::from(v == t as usize));
+                db[v] += g;
+                for k in 0..d {
+                    dh[i * d + k] += g * f64::from(w[v * d + k]);
+                    dw[v * d + k] += g * f64::from(h[k]);
+                }
+            }
+        }
+        (loss, [dh, dw, db])
+    }
+
+    #[test]
+    fn every_chunk_size_gives_the_dense_loss_and_gradients() {
+        let (n, d, vocab) = (7, 5, 11);
+        let value = |i: usize, scale: f32| ((i * 37 % 23) as f32 - 11.0) * scale;
+        let h: Vec<f32> = (0..n * d).map(|i| value(i, 0.1)).collect();
+        let w: Vec<f32> = (0..vocab * d).map(|i| value(i + 3, 0.07)).collect();
+        let b: Vec<f32> = (0..vocab).map(|i| value(i + 5, 0.05)).collect();
+        let targets: Vec<i64> = (0..n as i64).map(|i| i * 3 % vocab as i64).collect();
+        let (loss, want) = dense(&h, &w, &b, &targets);
+        for rows in [1, 2, 3, 7, 100] {
+            let got = sweep([&h, &w, &b], &targets, 0.0, rows, true);
+            assert!(
+                (got.loss_sum - loss).abs() < 1e-5 * loss,
+                "{rows} rows: {} vs {loss}",
+                got.loss_sum
+            );
+            for (got, want) in got.gradients.unwrap().iter().zip(&want) {
+                let scale = want.iter().fold(0f64, |m, x| m.max(x.abs()));
+                for (g, w) in got.iter().zip(want) {
+                    assert!(
+                        (f64::from(*g) - w).abs() < 1e-5 * scale,
+                        "{rows} rows: {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+}
