@@ -385,9 +385,14 @@ fn continue_resume_export(tmp: &Path, family: &str, corpus: &Path, extra: &[&str
 
 /// A copy of the fixture checkpoint in `dir`, changed by `change`.
 fn broken(dir: &Path, change: impl FnOnce(&Path)) -> PathBuf {
+    broken_copy("bert", dir, change)
+}
+
+/// A copy of the fixture checkpoint `family` in `dir`, changed by `change`.
+fn broken_copy(family: &str, dir: &Path, change: impl FnOnce(&Path)) -> PathBuf {
     let hf = dir.join("broken");
     std::fs::create_dir_all(&hf).unwrap();
-    for entry in std::fs::read_dir(fixture().join("bert")).unwrap() {
+    for entry in std::fs::read_dir(fixture().join(family)).unwrap() {
         let path = entry.unwrap().path();
         std::fs::copy(&path, hf.join(path.file_name().unwrap())).unwrap();
     }
@@ -549,6 +554,69 @@ fn a_checkpoint_that_does_not_fit_is_refused_in_one_line_before_anything_is_writ
     for (what, change, flags, expected) in cases {
         let case = tempfile::tempdir_in(tmp.path()).unwrap();
         let hf = broken(case.path(), change);
+        let run = case.path().join("run");
+        let out = train_from(&hf, &corpus, &run, flags);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let first = stderr.lines().next().unwrap_or_default();
+        assert!(!out.status.success(), "{what}: accepted");
+        assert!(
+            expected.iter().all(|e| first.contains(e)),
+            "{what}: {stderr}"
+        );
+        assert!(first.starts_with("error"), "{what}: {stderr}");
+        assert!(!run.exists(), "{what}: left {}", run.display());
+    }
+}
+
+/// `xlm_roberta/tokenizer.json` with `change` made to its JSON.
+fn edit_tokenizer(hf: &Path, change: impl FnOnce(&mut Value)) {
+    let path = hf.join("tokenizer.json");
+    let mut json: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    change(&mut json);
+    std::fs::write(&path, json.to_string()).unwrap();
+}
+
+#[test]
+fn an_xlm_roberta_tokenizer_that_cannot_serve_is_refused_in_one_line_before_anything_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = corpus_in_vocabulary(tmp.path());
+    type Change = Box<dyn FnOnce(&Path)>;
+    let cases: Vec<(&str, Change, &[&str], Vec<&str>)> = vec![
+        (
+            "Unigram pieces without \u{2581}, span masking",
+            Box::new(|hf| {
+                edit_tokenizer(hf, |json| {
+                    for piece in json["model"]["vocab"].as_array_mut().unwrap() {
+                        let text = piece[0].as_str().unwrap().replace('\u{2581}', "_");
+                        piece[0] = text.into();
+                    }
+                })
+            }),
+            &["--masking", "span"],
+            vec!["Unigram", "\u{2581}", "--masking token"],
+        ),
+        (
+            "a WordLevel tokenizer",
+            Box::new(|hf| {
+                edit_tokenizer(hf, |json| {
+                    json["model"] = serde_json::json!({
+                        "type": "WordLevel", "vocab": {"<unk>": 0}, "unk_token": "<unk>"
+                    });
+                })
+            }),
+            &[],
+            vec!["WordLevel", "Unigram"],
+        ),
+        (
+            "a smaller embedding",
+            Box::new(|hf| set_config(hf, "vocab_size", 300.into())),
+            &[],
+            vec!["vocab_size", "300", "301"],
+        ),
+    ];
+    for (what, change, flags, expected) in cases {
+        let case = tempfile::tempdir_in(tmp.path()).unwrap();
+        let hf = broken_copy("xlm_roberta", case.path(), change);
         let run = case.path().join("run");
         let out = train_from(&hf, &corpus, &run, flags);
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -6,7 +6,7 @@ use std::ops::Deref;
 use std::path::{Path, PathBuf};
 
 use super::TrainConfig;
-use crate::data::{DataFolder, Manifest, SubwordTokenizer, folder::vocab_sha256};
+use crate::data::{DataFolder, Manifest, Masking, SubwordTokenizer, folder::vocab_sha256};
 use crate::duration::human_duration;
 use crate::error::{ConfigError, TrainError};
 use crate::files::io;
@@ -167,12 +167,20 @@ impl TrainConfig {
     ///
     /// # Errors
     /// [`ConfigError::Value`] for a `max_seq_len` above the checkpoint's positions;
-    /// [`TrainError::HfConfig`] for another model or tokenizer than the checkpoint's.
+    /// [`TrainError::HfConfig`] for another model or tokenizer than the checkpoint's;
+    /// [`TrainError::Tokenizer`] for span masking over a tokenizer without word starts
+    /// ([`SubwordTokenizer::word_continuations`]).
     pub fn check_start(
         &self,
         checkpoint: Option<&Pretrained>,
         tokenizer: Option<&SubwordTokenizer>,
     ) -> Result<(), TrainError> {
+        if self.masking == Masking::Span
+            && let Some(tokenizer) = checkpoint.map(|c| &c.tokenizer).or(tokenizer)
+        {
+            // Span masking needs word starts: a Unigram vocabulary without `▁` has none.
+            tokenizer.word_continuations()?;
+        }
         let Some(checkpoint) = checkpoint else {
             return Ok(());
         };
