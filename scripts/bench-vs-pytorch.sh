@@ -9,8 +9,12 @@
 #    and on Zen 4, which executes AVX-512 as two 256-bit halves; the clock is measured on
 #    every core at once by a chain of dependent adds, one a cycle, since /proc/cpuinfo
 #    reports the nominal clock under a hypervisor: 2596 MHz on a Zen 5 that runs at 4.44 GHz);
-# 2. the head + loss at BERT-base and tiny shapes (criterion), time and peak memory.
-# A benchmark, not a test: CI does not run it. Usage: scripts/bench-vs-pytorch.sh [step|base|tiny]
+# 2. the head + loss at BERT-base and tiny shapes (criterion), time and peak memory; with
+#    `xlmr` (or `xlmr4096`, or both: `xlmr,xlmr4096`) XLM-R-base's head (vocabulary 250 002) at
+#    614 (4096) graded rows, our whole and chunked logits against PyTorch's gathered rows and
+#    Liger-style chunks (one timed step each: seconds a step).
+# A benchmark, not a test: CI does not run it.
+# Usage: scripts/bench-vs-pytorch.sh [step|base|tiny|xlmr|xlmr4096|xlmr,xlmr4096]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -48,9 +52,9 @@ if [ "$what" = all ] || [ "$what" = step ]; then
 fi
 
 # Ours: criterion, then the memory and GFLOP/s table (written as JSON).
-# criterion takes one filter: a single shape's name, or none for both.
-filter=$([ "$shapes" = base,tiny ] || echo "$shapes")
-HEAD_LOSS_JSON="$PWD/$out/ours.json" cargo bench -p mlm-core --features flex --bench head_loss -- $filter
+# criterion takes one filter, so the shapes go by name in HEAD_LOSS_SHAPES.
+HEAD_LOSS_SHAPES="$shapes" HEAD_LOSS_JSON="$PWD/$out/ours.json" \
+    cargo bench -p mlm-core --features flex --bench head_loss
 "$venv/bin/python" crates/mlm-core/benches/peers/torch_mlm_head.py --shapes "$shapes" \
     --json "$out/theirs.json"
 
@@ -61,13 +65,13 @@ theirs = {(r["shape"], r["variant"]): r for r in json.load(open(sys.argv[2]))}
 print("\n| shape | ours | backend | PyTorch | our time (ms) | theirs (ms) | time ours/theirs | our peak (MiB) | theirs (MiB) | memory ours/theirs |")
 print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
 for r in ours:
-    if r["variant"] != "sparse":
+    if r["variant"] not in ("sparse", "chunked"):
         continue
-    for peer in ("dense", "gathered"):
+    for peer in ("dense", "gathered", "chunked"):
         t = theirs.get((r["shape"], peer))
         if t is None:
             continue
         mem = r["peak_mib"] / t["peak_mib"] if r["peak_mib"] and t["peak_mib"] > 0 else float("nan")
-        print(f"| {r['shape']} | sparse | {r['backend']} | {peer} | {r['median_ms']:.1f} | {t['median_ms']:.1f} | "
+        print(f"| {r['shape']} | {r['variant']} | {r['backend']} | {peer} | {r['median_ms']:.1f} | {t['median_ms']:.1f} | "
               f"{r['median_ms'] / t['median_ms']:.2f} | {r['peak_mib']:.0f} | {t['peak_mib']:.0f} | {mem:.2f} |")
 PY

@@ -6,15 +6,20 @@
 //!   (Hugging Face's `BertForMaskedLM` path);
 //! - `sparse`: `forward_masked`, only the masked rows through the head;
 //! - `sparse_burn_nn_ce`: the same sparse logits into burn-nn's `CrossEntropyLoss`, the
-//!   in-framework baseline for the loss itself.
+//!   in-framework baseline for the loss itself;
+//! - `chunked`: `forward_loss` with `LogitsMode::Chunked` at `CHUNK_LOGITS / vocab` rows (the
+//!   chunks `LogitsMode::Auto` takes once the logits reach `CHUNKED_LOGITS`): never whole.
 //!
 //! Shapes: BERT-base (batch 32 × seq 128, d_model 768, vocab 30 522) and the trainer's tiny
-//! model (d_model 128, vocab 8192), 15 % of the 4096 rows masked.
+//! model (d_model 128, vocab 8192), 15 % of the 4096 rows masked; XLM-R-base's head
+//! (d_model 768, vocab 250 002) at 15 % of 8 × 512 rows (614, `xlmr`) and at 4096 graded rows
+//! (`xlmr4096`), `sparse` and `chunked` only, without criterion (a step takes seconds).
 //!
 //! `cargo bench -p mlm-core --bench head_loss` runs criterion, then prints a table of peak
 //! memory (Linux's `VmHWM`, reset before each variant) and achieved GFLOP/s, counting
-//! 6 · rows · d_model · (vocab + d_model) FLOPs for forward + backward. Add `-- tiny` (or
-//! `-- base`) to run one shape only.
+//! 6 · rows · d_model · (vocab + d_model) FLOPs for forward + backward. Add a shape's name
+//! (`-- tiny`, `-- base`, `-- xlmr`) to run it only, or name several in
+//! `HEAD_LOSS_SHAPES=xlmr,xlmr4096`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -22,7 +27,10 @@ use std::time::{Duration, Instant};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use criterion::{BenchmarkId, Criterion, SamplingMode};
-use mlm_core::{MlmHead, MlmHeadConfig, masked_cross_entropy_with_labels};
+use mlm_core::{
+    CHUNK_LOGITS, LogitsMode, MaskedCrossEntropyConfig, MaskedTargets, MlmHead, MlmHeadConfig,
+    masked_cross_entropy_with_labels,
+};
 
 /// One benchmark shape.
 struct Shape {
@@ -31,15 +39,18 @@ struct Shape {
     seq: usize,
     d_model: usize,
     vocab: usize,
+    /// Share of the `batch × seq` rows that are graded.
+    masked_share: f64,
 }
 
-const SHAPES: [Shape; 2] = [
+const SHAPES: [Shape; 4] = [
     Shape {
         name: "base",
         batch: 32,
         seq: 128,
         d_model: 768,
         vocab: 30_522,
+        masked_share: 0.15,
     },
     Shape {
         name: "tiny",
@@ -47,19 +58,63 @@ const SHAPES: [Shape; 2] = [
         seq: 128,
         d_model: 128,
         vocab: 8192,
+        masked_share: 0.15,
+    },
+    Shape {
+        name: "xlmr",
+        batch: 8,
+        seq: 512,
+        d_model: 768,
+        vocab: 250_002,
+        masked_share: 0.15,
+    },
+    Shape {
+        name: "xlmr4096",
+        batch: 8,
+        seq: 512,
+        d_model: 768,
+        vocab: 250_002,
+        masked_share: 1.0,
     },
 ];
 
-const MASKED_SHARE: f64 = 0.15;
+impl Shape {
+    /// Whether the head is large enough that only the sparse variants run, once each.
+    fn large(&self) -> bool {
+        self.vocab >= 100_000
+    }
+
+    /// The variants to run: those named in `$HEAD_LOSS_VARIANTS` (comma-separated), else
+    /// `sparse` and `chunked` for a large head, all for the others.
+    fn variants(&self) -> Vec<Variant> {
+        let all = match self.large() {
+            true => vec![Variant::Sparse, Variant::Chunked],
+            false => VARIANTS.to_vec(),
+        };
+        match std::env::var("HEAD_LOSS_VARIANTS") {
+            Ok(names) => all
+                .into_iter()
+                .filter(|v| names.split(',').any(|name| name == v.name()))
+                .collect(),
+            Err(_) => all,
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug)]
 enum Variant {
     Dense,
     Sparse,
     SparseBurnNnCe,
+    Chunked,
 }
 
-const VARIANTS: [Variant; 3] = [Variant::Dense, Variant::Sparse, Variant::SparseBurnNnCe];
+const VARIANTS: [Variant; 4] = [
+    Variant::Dense,
+    Variant::Sparse,
+    Variant::SparseBurnNnCe,
+    Variant::Chunked,
+];
 
 impl Variant {
     fn name(self) -> &'static str {
@@ -67,6 +122,7 @@ impl Variant {
             Self::Dense => "dense",
             Self::Sparse => "sparse",
             Self::SparseBurnNnCe => "sparse_burn_nn_ce",
+            Self::Chunked => "chunked",
         }
     }
 }
@@ -87,7 +143,7 @@ impl Setup {
         let device = Device::flex().autodiff();
         device.seed(7);
         let rows = shape.batch * shape.seq;
-        let n_masked = (MASKED_SHARE * rows as f64).round() as usize;
+        let n_masked = (shape.masked_share * rows as f64).round() as usize;
         // Every `rows / n_masked`-th row is masked: spread over the batch like real masks.
         let positions: Vec<i64> = (0..n_masked)
             .map(|i| (i * rows / n_masked) as i64)
@@ -120,7 +176,7 @@ impl Setup {
     fn rows(&self, variant: Variant) -> usize {
         match variant {
             Variant::Dense => self.shape.batch * self.shape.seq,
-            Variant::Sparse | Variant::SparseBurnNnCe => self.positions.len(),
+            _ => self.positions.len(),
         }
     }
 
@@ -151,6 +207,26 @@ impl Setup {
                     .unwrap()
                     .loss
             }
+            Variant::Chunked => {
+                let shape = [self.shape.batch, self.shape.seq];
+                let targets = MaskedTargets::new(
+                    &self.positions,
+                    &self.targets,
+                    shape,
+                    self.shape.vocab,
+                    &device,
+                )
+                .unwrap();
+                let rows = chunk_rows(self.shape.vocab);
+                let loss_fn = MaskedCrossEntropyConfig::new()
+                    .with_logits(LogitsMode::Chunked { rows })
+                    .init()
+                    .unwrap();
+                self.head
+                    .forward_loss(self.hidden.clone(), &targets, tied, &loss_fn)
+                    .unwrap()
+                    .loss
+            }
             Variant::Sparse | Variant::SparseBurnNnCe => {
                 let logits = self
                     .head
@@ -175,9 +251,22 @@ impl Setup {
     }
 }
 
-/// The items of `all` named on the command line, or all of them if none is.
+/// Rows per chunk of the `chunked` variant: `$HEAD_LOSS_CHUNK_ROWS`, else what
+/// `LogitsMode::Auto` picks at `vocab`.
+fn chunk_rows(vocab: usize) -> usize {
+    std::env::var("HEAD_LOSS_CHUNK_ROWS")
+        .ok()
+        .and_then(|rows| rows.parse().ok())
+        .unwrap_or((CHUNK_LOGITS / vocab).max(1))
+}
+
+/// The items of `all` named in `$HEAD_LOSS_SHAPES` (comma-separated) or on the command line,
+/// or all of them if none is.
 fn selected<T>(all: &'static [T], name: impl Fn(&T) -> &str) -> Vec<&'static T> {
-    let args: Vec<String> = std::env::args().collect();
+    let args: Vec<String> = match std::env::var("HEAD_LOSS_SHAPES") {
+        Ok(shapes) => shapes.split(',').map(String::from).collect(),
+        Err(_) => std::env::args().collect(),
+    };
     let chosen: Vec<&'static T> = all
         .iter()
         .filter(|item| args.iter().any(|a| a == name(item)))
@@ -190,7 +279,7 @@ fn selected<T>(all: &'static [T], name: impl Fn(&T) -> &str) -> Vec<&'static T> 
 }
 
 fn criterion_benches(c: &mut Criterion, setups: &[Setup]) {
-    for setup in setups {
+    for setup in setups.iter().filter(|setup| !setup.shape.large()) {
         let mut group =
             c.benchmark_group(format!("head_loss/{}/{}", setup.shape.name, setup.backend));
         // Ten single-step samples: a dense BERT-base step takes seconds on a CPU.
@@ -199,7 +288,7 @@ fn criterion_benches(c: &mut Criterion, setups: &[Setup]) {
             .sampling_mode(SamplingMode::Flat)
             .warm_up_time(Duration::from_secs(1))
             .measurement_time(Duration::from_secs(1));
-        for variant in VARIANTS {
+        for variant in setup.shape.variants() {
             group.bench_function(BenchmarkId::from_parameter(variant.name()), |b| {
                 b.iter(|| setup.step(variant))
             });
@@ -208,17 +297,18 @@ fn criterion_benches(c: &mut Criterion, setups: &[Setup]) {
     }
 }
 
-/// Median step time (of three, after one warm-up), peak memory and GFLOP/s per variant,
-/// appended to `rows`.
+/// Median step time (of three, after one warm-up; of one for a large head), peak memory and
+/// GFLOP/s per variant, appended to `rows`.
 fn measure_memory_and_throughput(setups: &[Setup], rows: &mut Vec<serde_json::Value>) {
     for setup in setups {
-        for variant in VARIANTS {
+        for variant in setup.shape.variants() {
             let baseline = rss_mib("VmRSS:");
             // Writing 5 to clear_refs resets VmHWM (peak RSS) to the current RSS.
             let _ = std::fs::write("/proc/self/clear_refs", "5");
             let loss = setup.step(variant);
             let peak = rss_mib("VmHWM:");
-            let mut times: Vec<f64> = (0..3)
+            let timed = if setup.shape.large() { 1 } else { 3 };
+            let mut times: Vec<f64> = (0..timed)
                 .map(|_| {
                     let started = Instant::now();
                     setup.step(variant);
@@ -226,7 +316,7 @@ fn measure_memory_and_throughput(setups: &[Setup], rows: &mut Vec<serde_json::Va
                 })
                 .collect();
             times.sort_by(f64::total_cmp);
-            let median = times[1];
+            let median = times[times.len() / 2];
             let peak_mib = peak.zip(baseline).map(|(peak, baseline)| peak - baseline);
             rows.push(serde_json::json!({
                 "shape": setup.shape.name,

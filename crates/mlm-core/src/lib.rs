@@ -53,7 +53,7 @@ pub use attention::multi_head_attention;
 pub use error::MlmError;
 pub use head::{MlmHead, MlmHeadConfig, MlmHeadTransform, gelu, layer_norm};
 pub use loss::{
-    CHUNK_LOGITS, CHUNKED_VOCAB_SIZE, IGNORE_INDEX, LogitsMode, MaskedCrossEntropy,
+    CHUNK_LOGITS, CHUNKED_LOGITS, IGNORE_INDEX, LogitsMode, MaskedCrossEntropy,
     MaskedCrossEntropyConfig, MlmLossOutput, Reduction, masked_cross_entropy,
     masked_cross_entropy_with_labels,
 };

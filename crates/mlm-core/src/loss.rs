@@ -89,29 +89,33 @@ impl MlmLossOutput {
     }
 }
 
-/// The vocabulary size from which [`LogitsMode::Auto`] chunks the logits: XLM-R's 250 002 and
-/// mmBERT's 256 000 are chunked; BERT's 30 522 and RoBERTa's 50 265 are not. Measured in
-/// `docs/PERFORMANCE.md` ("Large vocabularies").
-pub const CHUNKED_VOCAB_SIZE: usize = 100_000;
+/// The size of the whole logits `[n_masked, vocab]` from which [`LogitsMode::Auto`] chunks
+/// them: 2^28 `f32` (1 GiB; twice that with their gradient). XLM-R's 250 002 columns reach it
+/// from 1 074 graded rows (batch 8 × 512 at 15 % masks 614: whole), BERT's 30 522 from 8 795,
+/// the main job's 8 192 never. Below it the whole logits are faster (at XLM-R-base's head and
+/// 614 rows, chunks cost 1.3× the time to save 0.3 GiB); above it the memory saved grows with
+/// the rows (6.6 GiB at 4 096). Measured in `docs/PERFORMANCE.md` ("Large vocabularies").
+pub const CHUNKED_LOGITS: usize = 1 << 28;
 
-/// The logits one chunk of [`LogitsMode::Auto`] holds, `rows × vocab ≤` this (16 M `f32`,
-/// 64 MiB): 67 rows at XLM-R's vocabulary.
-pub const CHUNK_LOGITS: usize = 1 << 24;
+/// The logits one chunk of [`LogitsMode::Auto`] holds, `rows × vocab ≤` this: 2^26 `f32`
+/// (256 MiB), 268 rows at XLM-R's vocabulary.
+pub const CHUNK_LOGITS: usize = 1 << 26;
 
 /// How the head's decoder meets the loss ([`MlmHead::forward_loss`](crate::MlmHead::forward_loss)):
 /// the logits `[n_masked, vocab]` made whole, or a chunk of rows at a time.
 ///
-/// Chunked, each chunk's logits `z = h Wᵀ + b` give their rows' `-log p(true token)` and,
-/// when a gradient is wanted, their gradients `∂/∂h = g W`, `∂/∂W += gᵀ h`, `∂/∂b += Σ g`
-/// (`g = softmax − onehot`), and are dropped: memory holds one chunk `[rows, vocab]` and
-/// those gradients, never the logits (Liger-Kernel's fused linear cross-entropy, Hsu et al.
-/// 2024, §3.2; Cut Cross-Entropy, Wijmans et al. 2024). At XLM-R-base's head (614 rows,
-/// vocabulary 250 002) the whole logits are 614 MB, twice that with their gradient.
-/// The same numbers either way, to the summation order (1e-5).
+/// Chunked, each chunk's logits `z = h Wᵀ + b` `[rows, vocab]` give their rows'
+/// `-log p(true token)` and, when a gradient is wanted, their gradients `∂/∂h = g W`,
+/// `∂/∂W += gᵀ h`, `∂/∂b += Σ g` (`g = softmax − onehot`), and are dropped: memory holds one
+/// chunk and those gradients, never the logits (Liger-Kernel's fused linear cross-entropy,
+/// Hsu et al. 2024, §3.2; Cut Cross-Entropy, Wijmans et al. 2024). At XLM-R-base's head
+/// (vocabulary 250 002) and 4 096 graded rows the whole logits are 4 GiB, twice that with
+/// their gradient; chunked, the head + loss peaks at 1.1 GiB, most of it `∂/∂W`. The numbers
+/// are the whole path's, to the summation order (1e-5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum LogitsMode {
-    /// [`Chunked`](Self::Chunked) from [`CHUNKED_VOCAB_SIZE`] up, with chunks of
-    /// [`CHUNK_LOGITS`] `/ vocab` rows; [`Whole`](Self::Whole) below.
+    /// [`Chunked`](Self::Chunked) when the whole logits would hold [`CHUNKED_LOGITS`] values
+    /// or more, with chunks of [`CHUNK_LOGITS`] `/ vocab` rows; [`Whole`](Self::Whole) below.
     Auto,
     /// The logits `[n_masked, vocab]` at once (the fused loss reads them in one sweep).
     Whole,
@@ -123,12 +127,12 @@ pub enum LogitsMode {
 }
 
 impl LogitsMode {
-    /// The rows per chunk at vocabulary `vocab_size`, or `None` for whole logits.
-    pub fn chunk_rows(&self, vocab_size: usize) -> Option<usize> {
+    /// The rows per chunk for `n_rows` graded rows over a vocabulary of `vocab_size`, or
+    /// `None` for whole logits.
+    pub fn chunk_rows(&self, n_rows: usize, vocab_size: usize) -> Option<usize> {
         match *self {
-            Self::Auto => {
-                (vocab_size >= CHUNKED_VOCAB_SIZE).then(|| (CHUNK_LOGITS / vocab_size).max(1))
-            }
+            Self::Auto => (n_rows.saturating_mul(vocab_size) >= CHUNKED_LOGITS)
+                .then(|| (CHUNK_LOGITS / vocab_size).max(1)),
             Self::Whole => None,
             Self::Chunked { rows } => Some(rows),
         }
@@ -333,10 +337,10 @@ impl MaskedCrossEntropy {
         self.mean_over(sum, n_graded)
     }
 
-    /// The rows per chunk of this loss's [`LogitsMode`] at vocabulary `vocab_size`, or
-    /// `None` for whole logits.
-    pub fn chunk_rows(&self, vocab_size: usize) -> Option<usize> {
-        self.logits.chunk_rows(vocab_size)
+    /// The rows per chunk of this loss's [`LogitsMode`] for `n_rows` graded rows over a
+    /// vocabulary of `vocab_size`, or `None` for whole logits.
+    pub fn chunk_rows(&self, n_rows: usize, vocab_size: usize) -> Option<usize> {
+        self.logits.chunk_rows(n_rows, vocab_size)
     }
 
     /// The loss of the logits `z = hidden · weightᵀ + bias` at `targets`' masked rows, made

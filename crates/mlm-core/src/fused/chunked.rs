@@ -3,8 +3,8 @@
 //!
 //! Per chunk of `c` rows: `z = b + h_c Wᵀ` (one product onto the bias rows), each row's
 //! `-log p(true token)` and its gradient `g = softmax − onehot` in one sweep (the fused row
-//! kernel, [`cpu::cross_entropy_row`]), then `dh_c = g W`, `dW += gᵀ h_c` (a product
-//! accumulating in place) and `db += Σ_rows g`. The gradients are made in the forward, as
+//! kernel, [`cpu::cross_entropy_row`], over the logits in place), then `dh_c = g W`,
+//! `dW += gᵀ h_c` (a product accumulating in place) and `db += Σ_rows g`. The gradients are made in the forward, as
 //! Liger-Kernel's fused linear cross-entropy does (Hsu et al. 2024, §3.2): the backward
 //! then only scales them, and no logit is computed twice.
 
@@ -110,7 +110,6 @@ pub(super) fn sweep(
     let d = w.len() / vocab;
     let rows = chunk_rows.clamp(1, n.max(1));
     let mut z = vec![0f32; rows * vocab];
-    let mut g = vec![0f32; if wants_gradients { rows * vocab } else { 0 }];
     let mut gradients =
         wants_gradients.then(|| [vec![0f32; n * d], vec![0f32; w.len()], vec![0f32; vocab]]);
     let (mut loss_sum, mut n_correct) = (0f64, 0usize);
@@ -122,16 +121,20 @@ pub(super) fn sweep(
         z.par_chunks_mut(vocab)
             .for_each(|row| row.copy_from_slice(b));
         product(z, Matrix::new(h_c, d), Matrix::new(w, d).t(), true);
-        // -log p(true token) per row, and its gradient in the same sweep.
+        // -log p(true token) per row, and its gradient in the same sweep, written over the
+        // row's logits (read from a copy): one chunk buffer, not two.
+        let rows_and_targets = z.par_chunks_mut(vocab).zip(targets.par_iter());
         let per_row: Vec<(f32, bool)> = match gradients.is_some() {
-            true => {
-                let g = &mut g[..c * vocab];
-                (z.par_chunks(vocab).zip(g.par_chunks_mut(vocab)))
-                    .zip(targets.par_iter())
-                    .map(|((z, g), &t)| cpu::cross_entropy_row(z, t as usize, eps, Some(g)))
-                    .collect()
-            }
-            false => (z.par_chunks(vocab).zip(targets.par_iter()))
+            true => rows_and_targets
+                .map_init(
+                    || vec![0f32; vocab],
+                    |logits, (z, &t)| {
+                        logits.copy_from_slice(z);
+                        cpu::cross_entropy_row(logits, t as usize, eps, Some(z))
+                    },
+                )
+                .collect(),
+            false => rows_and_targets
                 .map(|(z, &t)| cpu::cross_entropy_row(z, t as usize, eps, None))
                 .collect(),
         };
@@ -139,7 +142,7 @@ pub(super) fn sweep(
         loss_sum += per_row.iter().map(|&(nll, _)| f64::from(nll)).sum::<f64>();
         n_correct += per_row.iter().filter(|&&(_, correct)| correct).count();
         if let Some([dh, dw, db]) = &mut gradients {
-            let g = &g[..c * vocab];
+            let g = &*z;
             // dh_c = g W; dW += gᵀ h_c; db += Σ_rows g.
             product(
                 &mut dh[chunk * rows * d..][..c * d],
@@ -147,7 +150,13 @@ pub(super) fn sweep(
                 Matrix::new(w, d),
                 false,
             );
-            product(dw, Matrix::new(g, vocab).t(), Matrix::new(h_c, d), true);
+            // The first chunk writes dW, the others add to it.
+            product(
+                dw,
+                Matrix::new(g, vocab).t(),
+                Matrix::new(h_c, d),
+                chunk > 0,
+            );
             db.par_chunks_mut(CHUNK).enumerate().for_each(|(i, db)| {
                 for row in g.chunks(vocab) {
                     let row = &row[i * CHUNK..][..db.len()];

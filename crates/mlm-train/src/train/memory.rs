@@ -2,6 +2,8 @@
 //! machine has: a run that cannot fit is refused naming the estimate, instead of aborting
 //! in an allocation deep inside a backend after the run directory was made.
 
+use mlm_core::MaskedCrossEntropy;
+
 use crate::config::TrainConfig;
 use crate::error::TrainError;
 
@@ -13,7 +15,7 @@ const GIB: f64 = (1u64 << 30) as f64;
 /// Counts what autodiff keeps for the backward pass: per layer about `10 · d_model +
 /// 2 · intermediate_size` values per token and three `[batch, heads, seq, seq]` attention
 /// tensors (scores, probabilities, their gradient); the head's `[n_masked, vocab]` logits
-/// and probabilities; parameters, gradients and AdamW's two moments, plus one gradient set
+/// and probabilities, or one chunk of them where mlm-core chunks the logits; parameters, gradients and AdamW's two moments, plus one gradient set
 /// per shard. Micro-batches of one step are alive together when shards run in parallel.
 /// On this project's machine it came within 15 % of the measured peak RSS less the
 /// ~70 MiB of data and code (64 × 64, 16 × 512 and 4 × 2048 tokens; docs/RELIABILITY.md).
@@ -35,7 +37,14 @@ pub fn step_bytes(config: &TrainConfig) -> (f64, f64) {
     let vocab = m.vocab_size.max(config.vocab_size) as f64;
     let attention = layers * 3.0 * sequences * m.num_attention_heads as f64 * seq * seq;
     let activations = layers * tokens * (10.0 * d + 2.0 * ff) + 3.0 * tokens * d;
-    let head = config.mask_rates.mlm_probability * tokens * (3.0 * d + 2.0 * vocab);
+    // The graded rows' transform, and their logits with the gradient: whole, or one chunk
+    // (written over by its gradient) where mlm-core's `LogitsMode::Auto` chunks them.
+    let graded = config.mask_rates.mlm_probability * tokens;
+    let logits = match MaskedCrossEntropy::default().chunk_rows(graded as usize, vocab as usize) {
+        Some(rows) => rows as f64 * vocab,
+        None => 2.0 * graded * vocab,
+    };
+    let head = 3.0 * graded * d + logits;
     let mut sized = m.clone();
     sized.vocab_size = vocab as usize;
     let parameters = sized.num_parameters() as f64 * (4 + config.parallel_shards) as f64;
