@@ -8,7 +8,7 @@
 //! - `sparse_burn_nn_ce`: the same sparse logits into burn-nn's `CrossEntropyLoss`, the
 //!   in-framework baseline for the loss itself;
 //! - `chunked`: `forward_loss` with `LogitsMode::Chunked` at `CHUNK_LOGITS / vocab` rows (the
-//!   chunks `LogitsMode::Auto` takes once the logits reach `CHUNKED_LOGITS`): never whole.
+//!   chunks `LogitsMode::Auto` takes once the logits pass `CHUNK_LOGITS`): never whole.
 //!
 //! Shapes: BERT-base (batch 32 × seq 128, d_model 768, vocab 30 522) and the trainer's tiny
 //! model (d_model 128, vocab 8192), 15 % of the 4096 rows masked; XLM-R-base's head

@@ -20,6 +20,9 @@
 //! - [`masked_cross_entropy`], [`masked_cross_entropy_with_labels`], [`MaskedCrossEntropy`]:
 //!   the mean of `-log p(true token)` over the masked positions only, with the sum and
 //!   count needed to normalise gradient accumulation globally.
+//! - [`MlmHead::forward_loss`] with a [`LogitsMode`]: the head and the loss together, the
+//!   logits `[n_masked, vocab]` whole or a chunk of rows at a time, never whole (large
+//!   vocabularies: XLM-R's 250 002).
 //! - [`MaskedTargets`]: the masked positions and their true tokens, checked on the host
 //!   before upload, so that [`MlmHead::forward_targets`] and
 //!   [`MaskedCrossEntropy::forward_targets`] read nothing back from the device (no stall of a
@@ -53,9 +56,8 @@ pub use attention::multi_head_attention;
 pub use error::MlmError;
 pub use head::{MlmHead, MlmHeadConfig, MlmHeadTransform, gelu, layer_norm};
 pub use loss::{
-    CHUNK_LOGITS, CHUNKED_LOGITS, IGNORE_INDEX, LogitsMode, MaskedCrossEntropy,
-    MaskedCrossEntropyConfig, MlmLossOutput, Reduction, masked_cross_entropy,
-    masked_cross_entropy_with_labels,
+    CHUNK_LOGITS, IGNORE_INDEX, LogitsMode, MaskedCrossEntropy, MaskedCrossEntropyConfig,
+    MlmLossOutput, Reduction, masked_cross_entropy, masked_cross_entropy_with_labels,
 };
 pub use masking::{MaskRates, MaskedBatch, Masker, MaskingConfig, SpanMaskingConfig};
 pub use scoring::{MaskedLanguageModel, PseudoLogLikelihood, SpecialTokenIds, prefers_grammatical};

@@ -89,16 +89,13 @@ impl MlmLossOutput {
     }
 }
 
-/// The size of the whole logits `[n_masked, vocab]` from which [`LogitsMode::Auto`] chunks
-/// them: 2^28 `f32` (1 GiB; twice that with their gradient). XLM-R's 250 002 columns reach it
-/// from 1 074 graded rows (batch 8 × 512 at 15 % masks 614: whole), BERT's 30 522 from 8 795,
-/// the main job's 8 192 never. Below it the whole logits are faster (at XLM-R-base's head and
-/// 614 rows, chunks cost 1.3× the time to save 0.3 GiB); above it the memory saved grows with
-/// the rows (6.6 GiB at 4 096). Measured in `docs/PERFORMANCE.md` ("Large vocabularies").
-pub const CHUNKED_LOGITS: usize = 1 << 28;
-
-/// The logits one chunk of [`LogitsMode::Auto`] holds, `rows × vocab ≤` this: 2^26 `f32`
-/// (256 MiB), 268 rows at XLM-R's vocabulary.
+/// The logits one chunk holds, `rows × vocab ≤` this: 2^26 `f32` (256 MiB), 268 rows at
+/// XLM-R's 250 002 columns. [`LogitsMode::Auto`] chunks the logits `[n_masked, vocab]` when
+/// they would hold more than one chunk: XLM-R's from 269 graded rows (batch 8 × 512 at 15 %
+/// masks 614), BERT's 30 522 from 2 199, the main job's 8 192 from 8 193 (never, at its
+/// batch of 614). Measured at XLM-R-base's head on a 2-core Zen 4 (`docs/PERFORMANCE.md`,
+/// "Large vocabularies"): at 614 rows chunks take 0.97× the whole logits' time and 0.76× their
+/// memory; at 4 096 rows, 0.94× the time and 0.17× the memory (1.3 GiB against 7.6 GiB).
 pub const CHUNK_LOGITS: usize = 1 << 26;
 
 /// How the head's decoder meets the loss ([`MlmHead::forward_loss`](crate::MlmHead::forward_loss)):
@@ -110,12 +107,13 @@ pub const CHUNK_LOGITS: usize = 1 << 26;
 /// chunk and those gradients, never the logits (Liger-Kernel's fused linear cross-entropy,
 /// Hsu et al. 2024, §3.2; Cut Cross-Entropy, Wijmans et al. 2024). At XLM-R-base's head
 /// (vocabulary 250 002) and 4 096 graded rows the whole logits are 4 GiB, twice that with
-/// their gradient; chunked, the head + loss peaks at 1.1 GiB, most of it `∂/∂W`. The numbers
+/// their gradient; chunked, the head + loss peaks at 1.3 GiB, most of it `∂/∂W`. The numbers
 /// are the whole path's, to the summation order (1e-5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum LogitsMode {
-    /// [`Chunked`](Self::Chunked) when the whole logits would hold [`CHUNKED_LOGITS`] values
-    /// or more, with chunks of [`CHUNK_LOGITS`] `/ vocab` rows; [`Whole`](Self::Whole) below.
+    /// [`Chunked`](Self::Chunked) in chunks of [`CHUNK_LOGITS`] `/ vocab` rows when the
+    /// whole logits would hold more than [`CHUNK_LOGITS`] values; [`Whole`](Self::Whole)
+    /// otherwise.
     Auto,
     /// The logits `[n_masked, vocab]` at once (the fused loss reads them in one sweep).
     Whole,
@@ -131,7 +129,7 @@ impl LogitsMode {
     /// `None` for whole logits.
     pub fn chunk_rows(&self, n_rows: usize, vocab_size: usize) -> Option<usize> {
         match *self {
-            Self::Auto => (n_rows.saturating_mul(vocab_size) >= CHUNKED_LOGITS)
+            Self::Auto => (n_rows.saturating_mul(vocab_size) > CHUNK_LOGITS)
                 .then(|| (CHUNK_LOGITS / vocab_size).max(1)),
             Self::Whole => None,
             Self::Chunked { rows } => Some(rows),

@@ -2,12 +2,12 @@
 //! 1e-5: loss, correct count and every gradient (hidden states, the tied embedding that
 //! both the encoder and the decoder use, the bias, the transform), with and without label
 //! smoothing, at every chunk size; zero masked rows give 0 and zero gradients; `Auto`
-//! switches at [`CHUNKED_LOGITS`].
+//! switches once the logits would hold more than one chunk ([`CHUNK_LOGITS`]).
 
 use burn::tensor::{Device, Tensor, TensorData};
 use mlm_core::{
-    CHUNK_LOGITS, CHUNKED_LOGITS, LogitsMode, MaskedCrossEntropyConfig, MaskedTargets, MlmError,
-    MlmHeadConfig, Reduction,
+    CHUNK_LOGITS, LogitsMode, MaskedCrossEntropyConfig, MaskedTargets, MlmError, MlmHeadConfig,
+    Reduction,
 };
 
 mod common;
@@ -129,20 +129,15 @@ fn zero_masked_rows_give_zero_loss_and_zero_gradients_when_chunked() {
 
 #[test]
 fn auto_chunks_from_the_stated_logits_size_and_zero_rows_is_refused() {
-    // XLM-R's vocabulary: 614 graded rows (8 × 512 at 15 %) whole, 4 096 chunked.
-    assert_eq!(LogitsMode::Auto.chunk_rows(614, 250_002), None);
+    // XLM-R's vocabulary: 154 graded rows (8 × 128 at 15 %) whole, 614 chunked.
     let rows = Some(CHUNK_LOGITS / 250_002);
-    assert_eq!(LogitsMode::Auto.chunk_rows(4096, 250_002), rows);
-    assert_eq!(
-        LogitsMode::Auto.chunk_rows(CHUNKED_LOGITS / 250_002 + 1, 250_002),
-        rows
-    );
-    assert_eq!(
-        LogitsMode::Auto.chunk_rows(CHUNKED_LOGITS / 250_002, 250_002),
-        None
-    );
-    // The main job's 8 192 tokens stay whole at any batch this machine trains.
-    assert_eq!(LogitsMode::Auto.chunk_rows(20_000, 8192), None);
+    assert_eq!(LogitsMode::Auto.chunk_rows(154, 250_002), None);
+    assert_eq!(LogitsMode::Auto.chunk_rows(614, 250_002), rows);
+    assert_eq!(LogitsMode::Auto.chunk_rows(268, 250_002), None);
+    assert_eq!(LogitsMode::Auto.chunk_rows(269, 250_002), rows);
+    // The main job's 8 192 tokens and BERT's 30 522 stay whole at 614 graded rows.
+    assert_eq!(LogitsMode::Auto.chunk_rows(614, 8192), None);
+    assert_eq!(LogitsMode::Auto.chunk_rows(614, 30_522), None);
     assert_eq!(LogitsMode::Whole.chunk_rows(4096, 250_002), None);
     let zero = MaskedCrossEntropyConfig::new().with_logits(LogitsMode::Chunked { rows: 0 });
     assert!(matches!(zero.init(), Err(MlmError::ZeroChunkRows)));
