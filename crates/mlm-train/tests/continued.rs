@@ -383,11 +383,6 @@ fn continue_resume_export(tmp: &Path, family: &str, corpus: &Path, extra: &[&str
     hf
 }
 
-/// A copy of the fixture checkpoint in `dir`, changed by `change`.
-fn broken(dir: &Path, change: impl FnOnce(&Path)) -> PathBuf {
-    broken_copy("bert", dir, change)
-}
-
 /// A copy of the fixture checkpoint `family` in `dir`, changed by `change`.
 fn broken_copy(family: &str, dir: &Path, change: impl FnOnce(&Path)) -> PathBuf {
     let hf = dir.join("broken");
@@ -448,8 +443,7 @@ fn a_checkpoint_that_does_not_fit_is_refused_in_one_line_before_anything_is_writ
         "model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,
         "end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,"ignore_merges":false,
         "vocab":{"a":0},"merges":[]}}"#;
-    type Change = Box<dyn FnOnce(&Path)>;
-    let cases: Vec<(&str, Change, &[&str], Vec<&str>)> = vec![
+    let cases: Vec<RefusalCase> = vec![
         (
             "no config.json",
             Box::new(|hf| std::fs::remove_file(hf.join("config.json")).unwrap()),
@@ -551,21 +545,7 @@ fn a_checkpoint_that_does_not_fit_is_refused_in_one_line_before_anything_is_writ
             vec!["--init-from", "--hidden-size"],
         ),
     ];
-    for (what, change, flags, expected) in cases {
-        let case = tempfile::tempdir_in(tmp.path()).unwrap();
-        let hf = broken(case.path(), change);
-        let run = case.path().join("run");
-        let out = train_from(&hf, &corpus, &run, flags);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let first = stderr.lines().next().unwrap_or_default();
-        assert!(!out.status.success(), "{what}: accepted");
-        assert!(
-            expected.iter().all(|e| first.contains(e)),
-            "{what}: {stderr}"
-        );
-        assert!(first.starts_with("error"), "{what}: {stderr}");
-        assert!(!run.exists(), "{what}: left {}", run.display());
-    }
+    assert_refused("bert", tmp.path(), &corpus, cases);
 }
 
 /// `xlm_roberta/tokenizer.json` with `change` made to its JSON.
@@ -580,8 +560,7 @@ fn edit_tokenizer(hf: &Path, change: impl FnOnce(&mut Value)) {
 fn an_xlm_roberta_tokenizer_that_cannot_serve_is_refused_in_one_line_before_anything_is_written() {
     let tmp = tempfile::tempdir().unwrap();
     let corpus = corpus_in_vocabulary(tmp.path());
-    type Change = Box<dyn FnOnce(&Path)>;
-    let cases: Vec<(&str, Change, &[&str], Vec<&str>)> = vec![
+    let cases: Vec<RefusalCase> = vec![
         (
             "Unigram pieces without \u{2581}, span masking",
             Box::new(|hf| {
@@ -614,11 +593,21 @@ fn an_xlm_roberta_tokenizer_that_cannot_serve_is_refused_in_one_line_before_anyt
             vec!["vocab_size", "300", "301"],
         ),
     ];
+    assert_refused("xlm_roberta", tmp.path(), &corpus, cases);
+}
+
+/// A refusal case: what it is, how it breaks the fixture, the flags beside it, and what the
+/// first line of stderr names.
+type RefusalCase<'a> = (&'a str, Box<dyn FnOnce(&Path)>, &'a [&'a str], Vec<&'a str>);
+
+/// Each case's copy of the fixture `family` refused by `train --init-from` on `corpus`: a
+/// failure whose first line is an error naming every expected part, and no run folder.
+fn assert_refused(family: &str, tmp: &Path, corpus: &Path, cases: Vec<RefusalCase>) {
     for (what, change, flags, expected) in cases {
-        let case = tempfile::tempdir_in(tmp.path()).unwrap();
-        let hf = broken_copy("xlm_roberta", case.path(), change);
+        let case = tempfile::tempdir_in(tmp).unwrap();
+        let hf = broken_copy(family, case.path(), change);
         let run = case.path().join("run");
-        let out = train_from(&hf, &corpus, &run, flags);
+        let out = train_from(&hf, corpus, &run, flags);
         let stderr = String::from_utf8_lossy(&out.stderr);
         let first = stderr.lines().next().unwrap_or_default();
         assert!(!out.status.success(), "{what}: accepted");
