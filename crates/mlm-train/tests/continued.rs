@@ -364,6 +364,24 @@ fn continue_resume_export(tmp: &Path, family: &str, corpus: &Path, extra: &[&str
         .output()
         .unwrap();
     succeeded(&export);
+    // export-hf never writes into a run folder (the run's own config.json would go), and a
+    // Hugging Face folder given as a run says to import it.
+    let command = |args: &[&str], dir: &Path, out: Option<&Path>| {
+        let mut command = std::process::Command::new(BIN);
+        command.args(args).arg(dir);
+        command.args(out).output().unwrap()
+    };
+    let run_config = std::fs::read(run.join("config.json")).unwrap();
+    let into_run = command(&["export-hf", "--run"], &run, Some(&run));
+    let stderr = String::from_utf8_lossy(&into_run.stderr);
+    assert!(!into_run.status.success() && stderr.contains("is an mlm-train run folder"));
+    assert_eq!(std::fs::read(run.join("config.json")).unwrap(), run_config);
+    let hf_as_run = command(&["eval", "--run"], &hf, None);
+    let stderr = String::from_utf8_lossy(&hf_as_run.stderr);
+    assert!(
+        stderr.contains("is a Hugging Face model folder, not a run")
+            && stderr.contains("import-hf")
+    );
     let exported = Pretrained::read(&hf).unwrap();
     assert_eq!(exported.config, pretrained.config);
     assert_eq!(

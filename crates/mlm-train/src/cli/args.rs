@@ -82,7 +82,7 @@ pub(crate) enum Command {
         /// Backend.
         #[arg(long, value_enum, default_value = "flex")]
         backend: BackendKind,
-        /// Text with one or more [MASK].
+        /// Text with one or more mask tokens: [MASK] (BERT), <mask> (RoBERTa, XLM-R).
         text: String,
     },
     /// Print held-out loss, accuracy and perplexity of a run, or (with --minimal-pairs) its
@@ -103,7 +103,7 @@ pub(crate) enum Command {
         #[arg(long, value_enum, default_value = "flex")]
         backend: BackendKind,
     },
-    /// Import a Hugging Face BertForMaskedLM or RobertaForMaskedLM folder (config.json,
+    /// Import a Hugging Face BertForMaskedLM, RobertaForMaskedLM or XLMRobertaForMaskedLM folder (config.json,
     /// model.safetensors, its tokenizer) as a run directory that predict and eval read
     /// (train from it with `train --init-from`).
     ImportHf {
@@ -120,7 +120,7 @@ pub(crate) enum Command {
         backend: BackendKind,
     },
     /// Export the newest checkpoint of a run as a Hugging Face folder of its family,
-    /// BertForMaskedLM or RobertaForMaskedLM (config.json, model.safetensors, tokenizer.json,
+    /// BertForMaskedLM, RobertaForMaskedLM or XLMRobertaForMaskedLM (config.json, model.safetensors, tokenizer.json,
     /// BERT's vocab.txt, tokenizer_config.json).
     ExportHf {
         /// The run directory.
@@ -240,8 +240,8 @@ pub(crate) struct TrainArgs {
     /// sequences of up to --max-seq-len tokens (run_mlm.py's --line_by_line).
     #[arg(long, conflicts_with = "resume")]
     pub(crate) line_by_line: bool,
-    /// Continue pretraining a Hugging Face BertForMaskedLM or RobertaForMaskedLM folder
-    /// (config.json, model.safetensors, tokenizer.json, or BERT's vocab.txt, or RoBERTa's
+    /// Continue pretraining a Hugging Face BertForMaskedLM, RobertaForMaskedLM or
+    /// XLMRobertaForMaskedLM folder (config.json, model.safetensors, tokenizer.json, or BERT's vocab.txt, or RoBERTa's
     /// vocab.json + merges.txt; run_mlm.py's --model_name_or_path):
     /// its weights, model and tokenizer, with fresh optimizer state and this run's schedule.
     /// Its held-out loss before training is logged as step 0.

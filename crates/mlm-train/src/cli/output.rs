@@ -15,7 +15,7 @@ pub(crate) fn loss_by_input(
 ) -> String {
     let show = |loss: Option<f64>| loss.map_or("n/a".into(), |l| format!("{l:.4}"));
     format!(
-        "loss where the input was [MASK] {}, a random token {}, the original token {}",
+        "loss where the input was the mask token {}, a random token {}, the original token {}",
         show(mask),
         show(random),
         show(unchanged)

@@ -492,22 +492,26 @@ impl SubwordTokenizer {
         sequence
     }
 
-    /// The token of `id` as a reader sees it: WordPiece's token string (`##s` included), or
-    /// a byte-level BPE token decoded to its text (`Ġof` is ` of`, as transformers' fill-mask
-    /// shows it); the unknown token for an unknown id.
+    /// The token of `id` as a reader sees it: WordPiece's token string (`##s` included), a
+    /// byte-level BPE token decoded to its text (`Ġof` is ` of`, as transformers' fill-mask
+    /// shows it), a Unigram piece with `▁` as a space; the unknown token for an unknown id.
     pub fn token(&self, id: u32) -> String {
         let unknown = || self.kind.special_tokens()[1].to_string();
         match self.kind {
             TokenizerKind::WordPiece => self.inner.id_to_token(id).unwrap_or_else(unknown),
-            TokenizerKind::ByteLevelBpe | TokenizerKind::Unigram => {
-                match self.inner.id_to_token(id) {
-                    Some(_) => self
-                        .inner
-                        .decode(&[id], false)
-                        .unwrap_or_else(|_| unknown()),
-                    None => unknown(),
-                }
-            }
+            // SentencePiece's word start as the space it stands for (`▁the` is ` the`), as a
+            // byte-level BPE's `Ġthe` decodes: a continuation piece shows without it.
+            TokenizerKind::Unigram => match self.inner.id_to_token(id) {
+                Some(piece) => piece.replace(METASPACE, " "),
+                None => unknown(),
+            },
+            TokenizerKind::ByteLevelBpe => match self.inner.id_to_token(id) {
+                Some(_) => self
+                    .inner
+                    .decode(&[id], false)
+                    .unwrap_or_else(|_| unknown()),
+                None => unknown(),
+            },
         }
     }
 }

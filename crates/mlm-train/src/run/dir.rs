@@ -108,7 +108,16 @@ impl RunDir {
                 self.0.display()
             )));
         }
-        saved_config(read_json(&path)?, &path)
+        let json: serde_json::Value = read_json(&path)?;
+        if json.get("model_type").is_some() {
+            return Err(TrainError::InvalidInput(format!(
+                "{} is a Hugging Face model folder, not a run: import it with `mlm-train \
+                 import-hf {0} --out RUN` (then --run RUN), or train from it with `mlm-train \
+                 train --init-from {0}`",
+                self.0.display()
+            )));
+        }
+        saved_config(json, &path)
     }
 }
 

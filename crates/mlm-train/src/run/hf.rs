@@ -4,7 +4,7 @@ use std::path::Path;
 
 use burn::tensor::Device;
 
-use super::dir::write_imported;
+use super::dir::{RunDir, write_imported};
 use super::trained::TrainedRun;
 use crate::config::{Settings, TrainConfig};
 use crate::error::TrainError;
@@ -18,8 +18,16 @@ use crate::model::hf::{Pretrained, save_hf, save_tokenizer};
 /// # Errors
 /// Those of [`TrainedRun::load`] and [`save_hf`]; [`TrainError::Tokenizer`] if the
 /// vocabulary cannot be written as a `vocab.txt`; [`TrainError::InvalidInput`] if `out` already
-/// holds a `model.safetensors` (an earlier export is never overwritten).
+/// holds a `model.safetensors` (an earlier export is never overwritten) or is a run folder
+/// (the run itself, or another).
 pub fn export_run(run_dir: &Path, out: &Path, device: &Device) -> Result<(), TrainError> {
+    if RunDir(out.to_path_buf()).config().exists() || out.join("checkpoints").exists() {
+        return Err(TrainError::InvalidInput(format!(
+            "{} is an mlm-train run folder: exporting into it would overwrite the run's \
+             config.json and tokenizer.json; give a new folder",
+            out.display()
+        )));
+    }
     if out.join("model.safetensors").exists() {
         return Err(TrainError::InvalidInput(format!(
             "{} already holds a model.safetensors: choose another folder, or remove it first",

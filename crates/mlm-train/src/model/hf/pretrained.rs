@@ -65,7 +65,8 @@ impl Pretrained {
             return Err(TrainError::HfConfig {
                 path,
                 reason: format!(
-                    "vocab_size = {} embedding rows, but the tokenizer {} has {} tokens",
+                    "vocab_size = {}, but the tokenizer {} has {} tokens: a checkpoint's \
+                     config.json, embedding and tokenizer must agree",
                     config.vocab_size,
                     tokenizer_file.display(),
                     tokenizer.vocab_size()
@@ -125,7 +126,11 @@ impl Pretrained {
 /// from, and the way out.
 fn not_a_checkpoint(dir: &Path) -> TrainError {
     let shown = dir.display();
-    let (path, reason) = if dir.join("checkpoints").is_dir() {
+    let (path, reason) = if dir.is_file() {
+        let reason = "is a file, not a Hugging Face model folder: give the folder that holds \
+                      config.json, model.safetensors and the tokenizer";
+        (dir.to_path_buf(), reason.to_string())
+    } else if dir.join("checkpoints").is_dir() {
         let reason = format!(
             "is an mlm-train run folder, not a Hugging Face model folder: continue it with \
              `mlm-train train --resume {shown}`, or export it with `mlm-train export-hf --run \

@@ -65,8 +65,18 @@ pub fn tokenizer_file(dir: &Path) -> Result<PathBuf, TrainError> {
         .find(|path| path.is_file())
         .ok_or_else(|| TrainError::Tokenizer {
             path: dir.to_path_buf(),
-            reason: "holds no tokenizer.json, vocab.txt (BERT) nor vocab.json + merges.txt \
-                     (RoBERTa); a run needs its tokenizer"
-                .into(),
+            reason: match dir.join("sentencepiece.bpe.model").is_file() {
+                true => {
+                    "holds XLM-R's sentencepiece.bpe.model but no tokenizer.json: write \
+                         one with transformers, \
+                         `AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR)` (its fast \
+                         tokenizer)"
+                }
+                false => {
+                    "holds no tokenizer.json, vocab.txt (BERT) nor vocab.json + \
+                          merges.txt (RoBERTa); a run needs its tokenizer"
+                }
+            }
+            .into(),
         })
 }
