@@ -177,12 +177,15 @@ pub enum TrainError {
         reason: String,
     },
     /// A tensor the model needs is not in the weights file.
-    #[error("{path}: tensor {key} is missing")]
+    #[error("{path}: tensor {key} is missing{hint}")]
     HfTensorMissing {
         /// The `model.safetensors`.
         path: PathBuf,
         /// The Hugging Face key, e.g. `bert.encoder.layer.0.attention.self.query.weight`.
         key: String,
+        /// Why, where the file shows it: a base model's keys have no `bert.` / `roberta.`
+        /// prefix (saved without its masked-LM head); empty otherwise.
+        hint: String,
     },
     /// A tensor has another shape than `config.json` implies.
     #[error("{path}: tensor {key} has shape {found:?}, but config.json implies {expected:?}")]

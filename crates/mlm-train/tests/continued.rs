@@ -610,6 +610,25 @@ fn an_xlm_roberta_tokenizer_that_cannot_serve_is_refused_in_one_line_before_anyt
             &[],
             vec!["vocab_size", "300", "301"],
         ),
+        (
+            "a base model without its head",
+            Box::new(|hf| {
+                let path = hf.join("model.safetensors");
+                let bytes = std::fs::read(&path).unwrap();
+                let file = SafeTensors::deserialize(&bytes).unwrap();
+                let base: Vec<(String, TensorView)> = file
+                    .tensors()
+                    .into_iter()
+                    .filter_map(|(name, view)| Some((name.strip_prefix("roberta.")?.into(), view)))
+                    .collect();
+                std::fs::write(&path, safetensors::serialize(base, None).unwrap()).unwrap();
+            }),
+            &[],
+            vec![
+                "is missing",
+                "a base model saved without its masked-LM head",
+            ],
+        ),
     ];
     assert_refused("xlm_roberta", tmp.path(), &corpus, cases);
 }

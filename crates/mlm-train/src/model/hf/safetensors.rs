@@ -84,6 +84,18 @@ impl ModuleMapper for ByPath {
     }
 }
 
+/// Why `key` is missing where `file` holds it without its first component (`roberta.` …):
+/// the base model (`XLMRobertaModel`, `BertModel`) was saved, not its masked LM.
+fn base_model_hint(file: &SafeTensors, key: &str) -> String {
+    match key.split_once('.') {
+        Some((_, short)) if file.tensor(short).is_ok() => format!(
+            " (the file has it as {short}: a base model saved without its masked-LM head; \
+             save the *ForMaskedLM model with save_pretrained)"
+        ),
+        _ => String::new(),
+    }
+}
+
 /// The tensor `key` of `file` as f32 values, checked to be F32 of `shape`.
 fn read_f32(
     path: &Path,
@@ -94,6 +106,7 @@ fn read_f32(
     let view = file.tensor(key).map_err(|_| TrainError::HfTensorMissing {
         path: path.to_path_buf(),
         key: key.into(),
+        hint: base_model_hint(file, key),
     })?;
     if view.dtype() != Dtype::F32 {
         return Err(TrainError::HfDtype {
