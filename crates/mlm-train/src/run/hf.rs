@@ -21,16 +21,16 @@ use crate::model::hf::{Pretrained, save_hf, save_tokenizer};
 /// holds a `model.safetensors` (an earlier export is never overwritten) or is a run folder
 /// (the run itself, or another).
 pub fn export_run(run_dir: &Path, out: &Path, device: &Device) -> Result<(), TrainError> {
+    if out.join("model.safetensors").exists() {
+        return Err(TrainError::InvalidInput(format!(
+            "{} already holds a model.safetensors: choose another folder, or remove it first",
+            out.display()
+        )));
+    }
     if RunDir(out.to_path_buf()).config().exists() || out.join("checkpoints").exists() {
         return Err(TrainError::InvalidInput(format!(
             "{} is an mlm-train run folder: exporting into it would overwrite the run's \
              config.json and tokenizer.json; give a new folder",
-            out.display()
-        )));
-    }
-    if out.join("model.safetensors").exists() {
-        return Err(TrainError::InvalidInput(format!(
-            "{} already holds a model.safetensors: choose another folder, or remove it first",
             out.display()
         )));
     }
