@@ -19,7 +19,7 @@ use crate::config::TrainConfig;
 use crate::data::{DeviceBatch, SPECIAL_TOKENS, make_shards};
 use crate::error::{ConfigError, TrainError};
 use crate::files::{io, write_json};
-use crate::model::{BertConfig, BertForMaskedLm};
+use crate::model::{BertConfig, ModelForMaskedLm};
 use crate::seed::{Stream, stream_rng};
 use crate::train::memory::check_fits;
 use crate::train::optimizer::adamw;
@@ -155,7 +155,7 @@ struct BenchSetup<'a> {
     kind: BackendKind,
     device: &'a Device,
     train: TrainConfig,
-    model: BertForMaskedLm,
+    model: ModelForMaskedLm,
     shards: Vec<DeviceBatch>,
     n_masked: usize,
     loss_fn: MaskedCrossEntropy,
@@ -205,7 +205,7 @@ impl<'a> BenchSetup<'a> {
         .collect::<Result<(), _>>()?;
         // The same step as the trainer's, with its defaults for the optimizer and clipping.
         let train = TrainConfig::new("".into())
-            .with_model(m.clone())
+            .with_model(m.clone().into())
             .with_vocab_size(m.vocab_size)
             .with_max_seq_len(config.seq_len)
             .with_batch_size(config.batch_size)
@@ -216,7 +216,7 @@ impl<'a> BenchSetup<'a> {
         Ok(Self {
             n_masked: shards.iter().map(|s| s.targets.len()).sum(),
             shards,
-            model: m.init_seeded(config.seed, device),
+            model: ModelForMaskedLm::Bert(m.init_seeded(config.seed, device)),
             loss_fn: MaskedCrossEntropy::default(),
             train,
             config,

@@ -47,6 +47,6 @@ pub mod cli;
 
 pub use config::TrainConfig;
 pub use error::{ConfigError, TrainError};
-pub use model::{BertConfig, BertForMaskedLm};
+pub use model::{BertConfig, BertForMaskedLm, ModelConfig, ModelForMaskedLm};
 pub use run::RunDir;
 pub use train::{Trainer, resume, resume_with, train, train_with};

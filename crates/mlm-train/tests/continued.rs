@@ -21,7 +21,7 @@ use mlm_core::{IGNORE_INDEX, LogitsMode, MaskedBatch, MaskedCrossEntropyConfig};
 use mlm_train::data::to_device;
 use mlm_train::model::hf::{Pretrained, save_hf};
 use mlm_train::train::step::forward_loss;
-use mlm_train::{BertForMaskedLm, TrainConfig, Trainer};
+use mlm_train::{ModelForMaskedLm, TrainConfig, Trainer};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
@@ -74,7 +74,7 @@ fn batch(reference: &Value, step: usize, rows: std::ops::Range<usize>) -> Masked
 }
 
 /// `model`'s parameters by Hugging Face key in PyTorch layout, through `export-hf`'s writer.
-fn by_hf_key(model: &BertForMaskedLm, pretrained: &Pretrained) -> HashMap<String, Vec<f32>> {
+fn by_hf_key(model: &ModelForMaskedLm, pretrained: &Pretrained) -> HashMap<String, Vec<f32>> {
     let dir = tempfile::tempdir().unwrap();
     save_hf(model, &pretrained.config, &pretrained.tokenizer, dir.path()).unwrap();
     let bytes = std::fs::read(dir.path().join("model.safetensors")).unwrap();
@@ -120,7 +120,7 @@ fn assert_close(ours: &HashMap<String, Vec<f32>>, expected: &Value, what: &str) 
 }
 
 /// The model whose parameters are `grads` (zeros where a parameter got none).
-fn gradients_as_model(model: &BertForMaskedLm, grads: GradientsParams) -> BertForMaskedLm {
+fn gradients_as_model(model: &ModelForMaskedLm, grads: GradientsParams) -> ModelForMaskedLm {
     struct Grads(GradientsParams);
     impl ModuleMapper for Grads {
         fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
@@ -146,6 +146,11 @@ fn three_steps_from_an_xlm_roberta_checkpoint_match_pytorch() {
     three_steps_match_pytorch("xlm_roberta");
 }
 
+#[test]
+fn three_steps_from_a_modernbert_checkpoint_match_pytorch() {
+    three_steps_match_pytorch("modernbert");
+}
+
 /// The fixture `family` through `--init-from`'s code path, step by step against PyTorch.
 fn three_steps_match_pytorch(family: &str) {
     let (reference, device) = (reference(family), flex_device());
@@ -164,7 +169,7 @@ fn three_steps_match_pytorch(family: &str) {
     // Step 1's gradient of the mean loss, every parameter, the logits whole and chunked.
     let whole = batch(&reference, 0, 0..4);
     let n_masked = whole.masked_positions.len() as f64;
-    let (pad, vocab_size) = (pretrained.tokenizer.pad_id, pretrained.config.vocab_size);
+    let (pad, vocab_size) = (pretrained.tokenizer.pad_id, pretrained.config.vocab_size());
     for logits in [LogitsMode::Whole, LogitsMode::Chunked { rows: 3 }] {
         let on_device = to_device(&whole, pad, vocab_size, &device).unwrap();
         let loss_fn = MaskedCrossEntropyConfig::new()

@@ -314,9 +314,11 @@ fn line_by_line_pads_one_sentence_per_sequence_and_padding_changes_no_logit() {
     // A short sequence padded beside a long one: its logits at every real position are
     // those it has alone.
     let device = burn::tensor::Device::flex();
-    let mut model_config = config.model.clone().with_max_position_embeddings(64);
-    model_config.vocab_size = data.tokenizer.vocab_size();
+    let mut model_config = config.model.clone();
+    *model_config.max_position_embeddings_mut() = 64;
+    *model_config.vocab_size_mut() = data.tokenizer.vocab_size();
     let model = model_config.init_seeded(3, &device);
+    let model = model.as_bert().expect("a BERT");
     let short = data
         .train
         .sequence(lengths.iter().position(|&n| n < 10).unwrap());

@@ -244,7 +244,7 @@ mod under_mpirun {
         assert_success(&run_bounded(two_ranks(train(&config(8, 1), &two, &flags))));
         assert_same_training(&one, &two, 20);
         let config = RunDir(two.clone()).load_config().unwrap();
-        assert_eq!((config.world_size, config.model.hidden_size), (2, 16));
+        assert_eq!((config.world_size, config.model.hidden_size()), (2, 16));
     }
 
     #[test]

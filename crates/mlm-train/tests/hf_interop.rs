@@ -14,7 +14,7 @@ use mlm_train::model::hf::load_hf;
 use mlm_train::resume;
 use mlm_train::run::TrainedRun;
 use mlm_train::run::hf::{export_run, import_run};
-use mlm_train::{BertForMaskedLm, TrainError};
+use mlm_train::{ModelForMaskedLm, TrainError};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
@@ -41,7 +41,7 @@ fn ints(value: &Value) -> Vec<i64> {
 }
 
 /// Logits `[batch, seq, vocab]` (flat) of `model` on the cases' inputs.
-fn logits(model: &BertForMaskedLm, cases: &Value) -> Tensor<3> {
+fn logits(model: &ModelForMaskedLm, cases: &Value) -> Tensor<3> {
     let device = flex_device();
     let shape = [2, 8];
     let int =
@@ -52,6 +52,7 @@ fn logits(model: &BertForMaskedLm, cases: &Value) -> Tensor<3> {
         .map(|&m| m == 0)
         .collect();
     let padding = Tensor::<2, Bool>::from_data(TensorData::new(padding, shape), &device);
+    let model = model.as_bert().expect("a BERT");
     model
         .forward(int("input_ids"), int("token_type_ids"), padding)
         .unwrap()
@@ -78,9 +79,9 @@ fn transformers_tiny_bert_gives_the_reference_loss_and_logits() {
     let (config, model) = load_hf(&fixture(), &flex_device()).unwrap();
     assert_eq!(
         (
-            config.vocab_size,
-            config.hidden_size,
-            config.num_hidden_layers
+            config.vocab_size(),
+            config.hidden_size(),
+            config.num_hidden_layers()
         ),
         (64, 32, 2)
     );

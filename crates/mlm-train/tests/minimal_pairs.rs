@@ -15,7 +15,7 @@ use mlm_train::data::{DataFolder, SubwordTokenizer, read_minimal_pairs};
 use mlm_train::eval::grammar::{MinimalPairsScore, score_minimal_pairs};
 use mlm_train::eval::{Scoring, ScoringOptions, UnigramScorer};
 use mlm_train::model::hf::load_hf;
-use mlm_train::{BertForMaskedLm, TrainError};
+use mlm_train::{ModelForMaskedLm, TrainError};
 use serde::Deserialize;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mlm-train");
@@ -46,7 +46,7 @@ fn fixture() -> PathBuf {
 }
 
 /// transformers' tiny BERT (without autodiff, as `eval` runs) and its PLL reference.
-fn tiny_bert() -> (BertForMaskedLm, Reference, PseudoLogLikelihood) {
+fn tiny_bert() -> (ModelForMaskedLm, Reference, PseudoLogLikelihood) {
     let (_, model) = load_hf(&fixture(), &Device::flex()).unwrap();
     let text = std::fs::read_to_string(fixture().join("pll.json")).unwrap();
     let reference: Reference = serde_json::from_str(&text).unwrap();

@@ -181,8 +181,8 @@ fn a_second_signal_aborts_at_once_and_leaves_no_checkpoint_a_resume_would_load()
     let mut config = micro_config(2000)
         .with_checkpoint_every(1)
         .with_batch_size(64);
-    config.model.hidden_size = 64;
-    config.model.intermediate_size = 256;
+    *config.model.hidden_size_mut() = 64;
+    *config.model.intermediate_size_mut() = 256;
     let run = tmp.path().join("run");
     let mut child = running(&config, &run, 20);
     signal(&child, "INT");

@@ -11,7 +11,7 @@ use mlm_train::data::Masking;
 use mlm_train::run::TrainedRun;
 use mlm_train::run::checkpoint;
 use mlm_train::run::report::{MetricsRow, read_metrics};
-use mlm_train::{BertConfig, BertForMaskedLm, TrainError};
+use mlm_train::{BertConfig, BertForMaskedLm, ModelConfig, TrainError};
 use mlm_train::{RunDir, TrainConfig, resume, train};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -193,12 +193,11 @@ fn partial_config_files_and_configs_of_older_runs_load() {
     )
     .unwrap();
     let config = config_with_overrides(&file, &defaults).unwrap();
-    assert_eq!((config.max_steps, config.model.hidden_size), (300, 256));
+    assert_eq!((config.max_steps, config.model.hidden_size()), (300, 256));
     assert_eq!(config.batch_size, defaults.batch_size);
-    assert_eq!(
-        config.model.clone().with_hidden_size(128),
-        defaults.model.clone()
-    );
+    let mut back = config.model.clone();
+    *back.hidden_size_mut() = 128;
+    assert_eq!(back, defaults.model);
 
     std::fs::write(&file, r#"{"model": {"hiden_size": 256}}"#).unwrap();
     match config_with_overrides(&file, &defaults) {
@@ -221,7 +220,10 @@ fn partial_config_files_and_configs_of_older_runs_load() {
     json.as_object_mut().unwrap().remove("log_every");
     std::fs::write(old_run.join("config.json"), json.to_string()).unwrap();
     let loaded = RunDir(old_run).load_config().unwrap();
-    assert!(!loaded.model.local_attention_init && !loaded.model.sinusoidal_positions);
+    let ModelConfig::Bert(model) = &loaded.model else {
+        panic!("an old run's model is a BERT")
+    };
+    assert!(!model.local_attention_init && !model.sinusoidal_positions);
     assert_eq!(loaded.max_steps, defaults.max_steps);
     assert_eq!(loaded.masking, Masking::Token);
     assert_eq!(loaded.log_every, defaults.log_every);
@@ -323,7 +325,7 @@ fn broken_checkpoints_and_incompatible_configs_are_typed_errors() {
     // config.json edited after the checkpoint was written.
     let incompatible = |edit: fn(&mut TrainConfig)| move |dir: &Path| edit_config(dir, edit);
     let reason = checkpoint_reason(
-        case("hidden", &incompatible(|c| c.model.hidden_size = 24)),
+        case("hidden", &incompatible(|c| *c.model.hidden_size_mut() = 24)),
         "model.bpk",
     );
     assert!(
@@ -336,13 +338,16 @@ fn broken_checkpoints_and_incompatible_configs_are_typed_errors() {
     let reason = checkpoint_reason(
         case(
             "intermediate",
-            &incompatible(|c| c.model.intermediate_size = 48),
+            &incompatible(|c| *c.model.intermediate_size_mut() = 48),
         ),
         "model.bpk",
     );
     assert!(reason.contains("intermediate"), "{reason}");
     let reason = checkpoint_reason(
-        case("layers", &incompatible(|c| c.model.num_hidden_layers = 2)),
+        case(
+            "layers",
+            &incompatible(|c| *c.model.num_hidden_layers_mut() = 2),
+        ),
         "model.bpk",
     );
     assert!(
@@ -352,7 +357,7 @@ fn broken_checkpoints_and_incompatible_configs_are_typed_errors() {
         "{reason}"
     );
     assert!(matches!(
-        case("vocab", &incompatible(|c| c.model.vocab_size = 301)),
+        case("vocab", &incompatible(|c| *c.model.vocab_size_mut() = 301)),
         TrainError::Config(m) if m.to_string().contains("has 300 tokens, but config.json says vocab_size = 301")
     ));
 
@@ -753,6 +758,9 @@ fn the_tied_decoder_stays_the_embedding_across_save_load_and_training() {
             &device,
         )
         .unwrap()
+        .as_bert()
+        .expect("a BERT")
+        .clone()
     };
     let (at10, at20) = (load(10), load(20));
     for model in [&at10, &at20] {

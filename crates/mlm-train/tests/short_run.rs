@@ -22,7 +22,8 @@ fn short_run_learns_writes_every_file_and_resumes_exactly() {
     let dir = RunDir(run.clone());
     let config = dir.load_config().unwrap();
     assert_eq!(
-        config.model.vocab_size, 1000,
+        config.model.vocab_size(),
+        1000,
         "vocab size taken from the tokenizer"
     );
     assert_eq!(
@@ -123,7 +124,7 @@ fn bad_settings_are_refused_before_anything_is_written() {
         tiny_config().with_learning_rate(-1.0),
         tiny_config().with_vocab_size(3),
         tiny_config().with_max_seq_len(2),
-        tiny_config().with_model(BertConfig::new(0).with_hidden_dropout_prob(1.5)),
+        tiny_config().with_model(BertConfig::new(0).with_hidden_dropout_prob(1.5).into()),
     ];
     for (i, config) in cases.into_iter().enumerate() {
         let run = tmp.path().join(format!("run{i}"));

@@ -14,8 +14,9 @@ use crate::data::{
     DEFAULT_CORPUS, DEFAULT_PACKAGES, Manifest, Masking, PACKAGES, PrepareOptions, SubwordTokenizer,
 };
 use crate::duration::parse_time_budget;
-use crate::error::TrainError;
+use crate::error::{ConfigError, TrainError};
 use crate::eval::Scoring;
+use crate::model::ModelConfig;
 use crate::model::hf::Pretrained;
 
 /// The flags of a command that set a field of its configuration: one table for setting
@@ -240,8 +241,13 @@ pub(crate) struct TrainArgs {
     /// sequences of up to --max-seq-len tokens (run_mlm.py's --line_by_line).
     #[arg(long, conflicts_with = "resume")]
     pub(crate) line_by_line: bool,
-    /// Continue pretraining a Hugging Face BertForMaskedLM, RobertaForMaskedLM or
-    /// XLMRobertaForMaskedLM folder (config.json, model.safetensors, tokenizer.json, or BERT's vocab.txt, or RoBERTa's
+    /// The architecture of a new model: BERT's, or ModernBERT's (Warner et al. 2024:
+    /// pre-norm, rotary positions, a sliding window on two layers in three, GeGLU) at the
+    /// same sizes. A checkpoint given by --init-from fixes its own.
+    #[arg(long, value_enum, conflicts_with = "resume")]
+    pub(crate) architecture: Option<ArchitectureFlag>,
+    /// Continue pretraining a Hugging Face BertForMaskedLM, RobertaForMaskedLM,
+    /// XLMRobertaForMaskedLM or ModernBertForMaskedLM folder (config.json, model.safetensors, tokenizer.json, or BERT's vocab.txt, or RoBERTa's
     /// vocab.json + merges.txt; run_mlm.py's --model_name_or_path):
     /// its weights, model and tokenizer, with fresh optimizer state and this run's schedule.
     /// Its held-out loss before training is logged as step 0.
@@ -375,17 +381,93 @@ config_flags!(TrainArgs => TrainConfig {
     grad_accumulation => grad_accumulation, learning_rate => learning_rate,
     warmup_steps => warmup_steps, max_seq_len => max_seq_len, vocab_size => vocab_size,
     text_field => text_field, held_out_every => held_out_every,
-    hidden_size => model.hidden_size, layers => model.num_hidden_layers,
-    heads => model.num_attention_heads, intermediate_size => model.intermediate_size,
     eval_every => eval_every, log_every => log_every, checkpoint_every => checkpoint_every,
     seed => seed,
     mlm_probability => mask_rates.mlm_probability, masking => masking,
     mask_replace_prob => mask_rates.mask_replace_prob,
     random_replace_prob => mask_rates.random_replace_prob,
     weight_decay => weight_decay, weight_decay_on => weight_decay_on,
-    local_attention_init => model.local_attention_init,
-    dropout => model.hidden_dropout_prob,
 });
+
+/// `train --architecture`: what [`crate::model::ModelConfig`] a new run's model is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ArchitectureFlag {
+    /// BERT (Devlin et al. 2019): the default.
+    Bert,
+    /// ModernBERT (Warner et al. 2024).
+    Modernbert,
+}
+
+impl TrainArgs {
+    /// The model flags (sizes, `--local-attention-init`, `--dropout`) on `model`, after
+    /// `--architecture`.
+    ///
+    /// # Errors
+    /// [`TrainError::Config`] for `--architecture` with `--init-from` (the checkpoint fixes
+    /// the architecture), or `--local-attention-init` for a ModernBERT (BERT's start).
+    fn apply_model_flags(&self, model: &mut ModelConfig) -> Result<(), TrainError> {
+        if let Some(architecture) = self.architecture {
+            let from = self.init_from.as_ref().map(|dir| dir.display().to_string());
+            ConfigError::check(
+                "architecture",
+                format!("{architecture:?}").to_lowercase(),
+                from.is_none(),
+                format!(
+                    "cannot be chosen with --init-from {}: the checkpoint's config.json fixes                      the architecture",
+                    from.unwrap_or_default()
+                ),
+            )?;
+            if architecture == ArchitectureFlag::Modernbert {
+                *model = model.to_modernbert();
+            }
+        }
+        type Size = fn(&mut ModelConfig) -> &mut usize;
+        let sizes: [(Option<usize>, Size); 4] = [
+            (self.hidden_size, ModelConfig::hidden_size_mut),
+            (self.layers, ModelConfig::num_hidden_layers_mut),
+            (self.heads, ModelConfig::num_attention_heads_mut),
+            (self.intermediate_size, ModelConfig::intermediate_size_mut),
+        ];
+        for (flag, size) in sizes {
+            if let Some(value) = flag {
+                *size(model) = value;
+            }
+        }
+        if let Some(on) = self.local_attention_init {
+            let ModelConfig::Bert(bert) = model else {
+                let reason = "is BERT's start (a learned position table); ModernBERT's \
+                              positions are rotary";
+                return Err(ConfigError::value("local_attention_init", on, reason).into());
+            };
+            bert.local_attention_init = on;
+        }
+        if let Some(p) = self.dropout {
+            model.set_dropout(p);
+        }
+        Ok(())
+    }
+}
+
+/// `(flag, default)` of the model flags of `train`, from `defaults`.
+fn model_flag_defaults(defaults: &ModelConfig) -> Vec<(&'static str, String)> {
+    let mut flags = vec![
+        ("hidden_size", defaults.hidden_size().to_string()),
+        ("layers", defaults.num_hidden_layers().to_string()),
+        ("heads", defaults.num_attention_heads().to_string()),
+        (
+            "intermediate_size",
+            defaults.intermediate_size().to_string(),
+        ),
+        ("dropout", defaults.dropout().to_string()),
+    ];
+    if let ModelConfig::Bert(bert) = defaults {
+        flags.push((
+            "local_attention_init",
+            bert.local_attention_init.to_string(),
+        ));
+    }
+    flags
+}
 
 impl TrainArgs {
     /// The configuration as asked: the defaults, a continued run's from its `--init-from`
@@ -416,6 +498,7 @@ impl TrainArgs {
             c.corpus = corpus.clone();
         }
         self.apply_flags(&mut c);
+        self.apply_model_flags(&mut c.model)?;
         c.line_by_line |= self.line_by_line;
         if let Some(data) = &self.data {
             // No corpus is read (nor fetched): the folder holds the text's ids.
@@ -431,10 +514,6 @@ impl TrainArgs {
         }
         if let Some(tokenizer) = &self.tokenizer {
             c.tokenizer = Some(tokenizer.clone());
-        }
-        // `--dropout` sets both probabilities (the table above sets the first).
-        if let Some(p) = self.dropout {
-            c.model.attention_probs_dropout_prob = p;
         }
         Ok(c)
     }
@@ -508,7 +587,9 @@ impl Command {
 /// configuration flags in their help. The flags themselves stay unset unless given, so that
 /// they override `--config` (and the benchmark's configuration).
 pub fn command() -> clap::Command {
-    let train = TrainArgs::flag_defaults(&TrainConfig::new(DEFAULT_CORPUS.into()));
+    let defaults = TrainConfig::new(DEFAULT_CORPUS.into());
+    let mut train = TrainArgs::flag_defaults(&defaults);
+    train.extend(model_flag_defaults(&defaults.model));
     let backends = BackendsArgs::flag_defaults(&BackendBenchConfig::new());
     Cli::command()
         .mut_subcommand("train", |command| with_defaults(command, train))

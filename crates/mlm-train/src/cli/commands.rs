@@ -117,7 +117,7 @@ fn predict(
 ) -> Result<u8, TrainError> {
     let device = backend.plain_device()?;
     let trained = TrainedRun::load(run, &device)?;
-    let mask = trained.tokenizer.kind.special_tokens()[4];
+    let mask = trained.tokenizer.special_tokens[4];
     for prediction in trained.fill_mask(text, top_k.get(), &device)? {
         println!("{mask} at token {}:", prediction.position);
         for (token, p) in prediction.candidates {
@@ -171,10 +171,10 @@ fn import_hf(
     println!(
         "imported {}: {} layers, hidden {}, {} heads, vocab {} ({} parameters) into {}",
         dir.display(),
-        m.num_hidden_layers,
-        m.hidden_size,
-        m.num_attention_heads,
-        m.vocab_size,
+        m.num_hidden_layers(),
+        m.hidden_size(),
+        m.num_attention_heads(),
+        m.vocab_size(),
         m.num_parameters(),
         out.display()
     );

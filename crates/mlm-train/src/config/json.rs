@@ -249,10 +249,7 @@ mod tests {
             config_with_overrides(&file, &continued)
         };
         let config = read(r#"{"model": {"hidden_dropout_prob": 0.2}, "max_steps": 50}"#).unwrap();
-        assert_eq!(
-            (config.model.hidden_dropout_prob, config.max_steps),
-            (0.2, 50)
-        );
+        assert_eq!((config.model.dropout(), config.max_steps), (0.2, 50));
         for (json, key) in [
             (r#"{"model": {"hidden_size": 256}}"#, "model.hidden_size"),
             (r#"{"tokenizer": "other.json"}"#, "tokenizer"),
@@ -267,7 +264,7 @@ mod tests {
         }
         // A run's whole config.json: its other settings, the checkpoint's model.
         let mut whole = TrainConfig::new("corpus".into()).with_max_steps(70);
-        whole.model.hidden_size = 256;
+        *whole.model.hidden_size_mut() = 256;
         let config = read(&serde_json::to_string(&whole).unwrap()).unwrap();
         assert_eq!(config.max_steps, 70);
         assert_eq!(config.model, continued.model, "the checkpoint's model");
@@ -275,6 +272,6 @@ mod tests {
         let scratch = TrainConfig::new("corpus".into());
         std::fs::write(&file, r#"{"model": {"hidden_size": 256}}"#).unwrap();
         let config = config_with_overrides(&file, &scratch).unwrap();
-        assert_eq!(config.model.hidden_size, 256);
+        assert_eq!(config.model.hidden_size(), 256);
     }
 }

@@ -22,8 +22,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::{Masking, PrepareOptions, SubwordTokenizer};
 use crate::error::ConfigError;
-use crate::model::BertConfig;
 use crate::model::hf::Pretrained;
+use crate::model::{BertConfig, ModelConfig};
 
 pub use json::{config_from_json, config_with_overrides, saved_config};
 pub use settings::{Settings, Sources, check_same_vocab};
@@ -82,7 +82,7 @@ pub struct TrainConfig {
     pub init_from: Option<PathBuf>,
     /// Model sizes; `vocab_size` and `max_position_embeddings` follow from the tokenizer and
     /// `max_seq_len` ([`Settings::resolve`]), or from `init_from`'s checkpoint.
-    pub model: BertConfig,
+    pub model: ModelConfig,
     /// A `tokenizer.json` or `vocab.txt` to use instead of training one.
     pub tokenizer: Option<PathBuf>,
     /// Size of the trained WordPiece vocabulary, specials included.
@@ -169,7 +169,7 @@ impl TrainConfig {
             line_by_line: false,
             text_field: "text".into(),
             init_from: None,
-            model: BertConfig::new(8192).with_local_attention_init(true),
+            model: BertConfig::new(8192).with_local_attention_init(true).into(),
             tokenizer: None,
             vocab_size: 8192,
             max_seq_len: 64,
@@ -217,7 +217,7 @@ builders!(
     with_line_by_line => line_by_line: bool,
     with_text_field => text_field: String,
     with_init_from => init_from: Option<PathBuf>,
-    with_model => model: BertConfig,
+    with_model => model: ModelConfig,
     with_tokenizer => tokenizer: Option<PathBuf>,
     with_vocab_size => vocab_size: usize,
     with_max_seq_len => max_seq_len: usize,
@@ -271,7 +271,7 @@ impl TrainConfig {
         settings::check_positions(self.max_seq_len, pretrained)?;
         self.init_from = Some(pretrained.dir.clone());
         self.model = pretrained.config.clone();
-        self.vocab_size = pretrained.config.vocab_size;
+        self.vocab_size = pretrained.config.vocab_size();
         self.tokenizer = Some(pretrained.tokenizer_file.clone());
         Ok(())
     }

@@ -23,7 +23,7 @@ impl TrainConfig {
             .collect::<Result<(), _>>()?;
         // The vocabulary size comes from the tokenizer; check the other sizes now.
         let mut model = self.model.clone();
-        model.vocab_size = model.vocab_size.max(1);
+        *model.vocab_size_mut() = model.vocab_size().max(1);
         model.validate()
     }
 

@@ -78,8 +78,8 @@ impl Settings {
         match sources.checkpoint {
             Some(checkpoint) => config.init_from = Some(absolute(&checkpoint.dir)?),
             None => {
-                config.model.max_position_embeddings = config.max_seq_len;
-                config.model.vocab_size = data.tokenizer.vocab_size();
+                *config.model.max_position_embeddings_mut() = config.max_seq_len;
+                *config.model.vocab_size_mut() = data.tokenizer.vocab_size();
             }
         }
         config.validate()?;
@@ -151,7 +151,7 @@ impl Settings {
     pub fn imported(checkpoint: &Pretrained, corpus: &Path) -> Result<Self, TrainError> {
         let corpus = std::fs::canonicalize(corpus).unwrap_or_else(|_| corpus.to_path_buf());
         let mut config = TrainConfig::new(corpus)
-            .with_vocab_size(checkpoint.config.vocab_size)
+            .with_vocab_size(checkpoint.config.vocab_size())
             .with_model(checkpoint.config.clone());
         config.max_seq_len = config.max_seq_len.min(config.model.max_sequence_len());
         config.validate()?;
@@ -209,7 +209,7 @@ pub(super) fn check_positions(
 ) -> Result<(), ConfigError> {
     let model = &checkpoint.config;
     let longest = model.max_sequence_len();
-    let offset = match model.position_offset {
+    let offset = match model.position_offset() {
         0 => String::new(),
         n => format!(" less the {n} rows before RoBERTa's first position"),
     };
@@ -220,7 +220,7 @@ pub(super) fn check_positions(
         format!(
             "is above the {longest} positions of {} (max_position_embeddings = {}{offset})",
             checkpoint.dir.display(),
-            model.max_position_embeddings
+            model.max_position_embeddings()
         ),
     )
 }

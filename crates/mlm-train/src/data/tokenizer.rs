@@ -133,26 +133,38 @@ impl TokenizerKind {
         ids
     }
 
-    /// What a saved tokenizer adds around a sequence: `[CLS] A [SEP]` (pair `[CLS] A [SEP] B
-    /// [SEP]`), or RoBERTa's `<s> A </s>` (pair `<s> A </s></s> B </s>`).
-    fn post_processor(self, [cls_id, sep_id]: [u32; 2]) -> Result<PostProcessorWrapper, String> {
-        let [_, _, cls, sep, _] = self.special_tokens().map(String::from);
-        Ok(match self {
-            Self::WordPiece => TemplateProcessing::builder()
-                .try_single("[CLS] $A [SEP]")
-                .and_then(|t| t.try_pair("[CLS] $A [SEP] $B:1 [SEP]:1"))
-                .map_err(|e| e.to_string())?
-                .special_tokens(vec![(cls, cls_id), (sep, sep_id)])
-                .build()
-                .map_err(|e| e.to_string())?
-                .into(),
-            Self::ByteLevelBpe | Self::Unigram => {
-                RobertaProcessing::new((sep, sep_id), (cls, cls_id))
-                    .add_prefix_space(false)
-                    .into()
-            }
-        })
+    /// The special tokens of `tokenizer` in role order: BERT's names where it has a
+    /// `[MASK]` and no `<mask>` (ModernBERT's byte-level BPE), else the kind's own.
+    fn special_tokens_of(self, tokenizer: &Tokenizer) -> [&'static str; 5] {
+        let has = |token: &str| tokenizer.token_to_id(token).is_some();
+        match self {
+            Self::ByteLevelBpe | Self::Unigram if has("[MASK]") && !has("<mask>") => SPECIAL_TOKENS,
+            _ => self.special_tokens(),
+        }
     }
+}
+
+/// What a saved tokenizer with the special tokens `specials` adds around a sequence:
+/// `[CLS] A [SEP]` (pair `[CLS] A [SEP] B [SEP]`), or RoBERTa's `<s> A </s>` (pair `<s> A
+/// </s></s> B </s>`).
+fn post_processor(
+    specials: [&str; 5],
+    [cls_id, sep_id]: [u32; 2],
+) -> Result<PostProcessorWrapper, String> {
+    let [_, _, cls, sep, _] = specials.map(String::from);
+    Ok(match specials == SPECIAL_TOKENS {
+        true => TemplateProcessing::builder()
+            .try_single("[CLS] $A [SEP]")
+            .and_then(|t| t.try_pair("[CLS] $A [SEP] $B:1 [SEP]:1"))
+            .map_err(|e| e.to_string())?
+            .special_tokens(vec![(cls, cls_id), (sep, sep_id)])
+            .build()
+            .map_err(|e| e.to_string())?
+            .into(),
+        false => RobertaProcessing::new((sep, sep_id), (cls, cls_id))
+            .add_prefix_space(false)
+            .into(),
+    })
 }
 
 /// A subword tokenizer with the ids of its special tokens: BERT's uncased WordPiece or
@@ -163,6 +175,9 @@ pub struct SubwordTokenizer {
     inner: Tokenizer,
     /// WordPiece or byte-level BPE.
     pub kind: TokenizerKind,
+    /// Its special tokens in role order (padding, unknown, start, end, mask): BERT's
+    /// `[PAD] [UNK] [CLS] [SEP] [MASK]` or RoBERTa's `<pad> <unk> <s> </s> <mask>`.
+    pub special_tokens: [&'static str; 5],
     /// `[PAD]` (`<pad>`) id.
     pub pad_id: u32,
     /// `[UNK]` (`<unk>`) id: what a word with a character outside the vocabulary becomes.
@@ -280,11 +295,20 @@ impl SubwordTokenizer {
             path: path.to_path_buf(),
             reason,
         };
-        let specials = kind.special_tokens();
+        let specials = kind.special_tokens_of(&inner);
         let id = |token: &str| {
-            inner
-                .token_to_id(token)
-                .ok_or_else(|| fail(format!("the vocabulary has no {token} token")))
+            inner.token_to_id(token).ok_or_else(|| {
+                let other = match specials == SPECIAL_TOKENS {
+                    true => ROBERTA_SPECIAL_TOKENS,
+                    false => SPECIAL_TOKENS,
+                };
+                let role = specials.iter().position(|t| *t == token).unwrap_or(0);
+                let alternative = match kind {
+                    TokenizerKind::WordPiece => String::new(),
+                    _ => format!(" (nor {})", other[role]),
+                };
+                fail(format!("the vocabulary has no {token} token{alternative}"))
+            })
         };
         let [pad_id, unk_id, cls_id, sep_id, mask_id] = [
             id(specials[0])?,
@@ -313,10 +337,13 @@ impl SubwordTokenizer {
             .map_err(|e| fail(e.to_string()))?;
         inner.with_padding(None);
         let special_ids = kind.special_ids(&inner);
-        inner.with_post_processor(Some(kind.post_processor([cls_id, sep_id]).map_err(fail)?));
+        inner.with_post_processor(Some(
+            post_processor(specials, [cls_id, sep_id]).map_err(fail)?,
+        ));
         Ok(Self {
             inner,
             kind,
+            special_tokens: specials,
             pad_id,
             unk_id,
             cls_id,
@@ -457,7 +484,7 @@ impl SubwordTokenizer {
         if self.kind == TokenizerKind::WordPiece || strips {
             return self.encode(text);
         }
-        let mask = self.kind.special_tokens()[4];
+        let mask = self.special_tokens[4];
         let pieces: Vec<&str> = text.split(mask).collect();
         let last = pieces.len() - 1;
         let trimmed: Vec<&str> = pieces
@@ -496,7 +523,7 @@ impl SubwordTokenizer {
     /// byte-level BPE token decoded to its text (`Ġof` is ` of`, as transformers' fill-mask
     /// shows it), a Unigram piece with `▁` as a space; the unknown token for an unknown id.
     pub fn token(&self, id: u32) -> String {
-        let unknown = || self.kind.special_tokens()[1].to_string();
+        let unknown = || self.special_tokens[1].to_string();
         match self.kind {
             TokenizerKind::WordPiece => self.inner.id_to_token(id).unwrap_or_else(unknown),
             // SentencePiece's word start as the space it stands for (`▁the` is ` the`), as a

@@ -12,9 +12,10 @@
 
 use std::path::Path;
 
-use super::BertConfig;
+use super::ModelConfig;
 use super::bert::{self, HfBertConfig};
 use super::hf::HfName;
+use super::modernbert::{self, HfModernBertConfig};
 use crate::data::{SubwordTokenizer, TokenizerKind};
 use crate::error::TrainError;
 use crate::files::write_json;
@@ -34,6 +35,9 @@ pub enum ModelFamily {
     /// SentencePiece Unigram vocabulary (250 002 tokens in XLM-R).
     #[serde(rename = "xlm-roberta")]
     XlmRoberta,
+    /// `ModernBertForMaskedLM` (Warner et al. 2024): pre-norm, rotary positions, global and
+    /// sliding-window attention, GeGLU; byte-level BPE.
+    ModernBert,
 }
 
 /// The architectures, one folder each, that compute the families.
@@ -42,6 +46,9 @@ pub enum Architecture {
     /// The post-LN encoder with learned absolute positions and a tied MLM head
     /// ([`bert`]).
     Bert,
+    /// The pre-norm encoder with rotary positions, alternating global and local attention
+    /// and a GeGLU feed-forward ([`modernbert`]).
+    ModernBert,
 }
 
 /// What the crate needs to know of a family.
@@ -63,7 +70,7 @@ pub struct Family {
 }
 
 /// The registry: one row per family.
-pub const FAMILIES: [Family; 3] = [
+pub const FAMILIES: [Family; 4] = [
     Family {
         family: ModelFamily::Bert,
         model_type: "bert",
@@ -87,6 +94,14 @@ pub const FAMILIES: [Family; 3] = [
         tokenizers: &[TokenizerKind::Unigram, TokenizerKind::ByteLevelBpe],
         positions_after_padding: true,
         architecture: Architecture::Bert,
+    },
+    Family {
+        family: ModelFamily::ModernBert,
+        model_type: "modernbert",
+        class: "ModernBertForMaskedLM",
+        tokenizers: &[TokenizerKind::ByteLevelBpe, TokenizerKind::WordPiece],
+        positions_after_padding: false,
+        architecture: Architecture::ModernBert,
     },
 ];
 
@@ -138,16 +153,21 @@ impl Architecture {
         self,
         json: serde_json::Value,
         path: &Path,
-    ) -> Result<BertConfig, TrainError> {
+    ) -> Result<ModelConfig, TrainError> {
         let json_error = |source| TrainError::Json {
             path: path.to_path_buf(),
             source,
         };
-        match self {
+        Ok(match self {
             Self::Bert => serde_json::from_value::<HfBertConfig>(json)
                 .map_err(json_error)?
-                .to_bert(path),
-        }
+                .to_bert(path)?
+                .into(),
+            Self::ModernBert => serde_json::from_value::<HfModernBertConfig>(json)
+                .map_err(json_error)?
+                .to_modernbert(path)?
+                .into(),
+        })
     }
 
     /// Writes the `config.json` of a model of `config`, with `tokenizer`'s special ids, at
@@ -156,21 +176,24 @@ impl Architecture {
     /// # Errors
     /// [`TrainError::Io`] / [`TrainError::Json`] naming `path`.
     pub fn write_config(
-        self,
-        config: &BertConfig,
+        config: &ModelConfig,
         tokenizer: &SubwordTokenizer,
         path: &Path,
     ) -> Result<(), TrainError> {
-        match self {
-            Self::Bert => write_json(path, &HfBertConfig::from_bert(config, tokenizer)),
+        match config {
+            ModelConfig::Bert(c) => write_json(path, &HfBertConfig::from_bert(c, tokenizer)),
+            ModelConfig::ModernBert(c) => {
+                write_json(path, &HfModernBertConfig::from_modernbert(c, tokenizer))
+            }
         }
     }
 
     /// Every parameter of a model of `config` with its key in `config.family`'s checkpoints
     /// ([`HfName`]): the table import and export read.
-    pub fn names(self, config: &BertConfig) -> Vec<HfName> {
-        match self {
-            Self::Bert => bert::names::names(config),
+    pub fn names(config: &ModelConfig) -> Vec<HfName> {
+        match config {
+            ModelConfig::Bert(c) => bert::names::names(c),
+            ModelConfig::ModernBert(c) => modernbert::names::names(c),
         }
     }
 
@@ -178,6 +201,7 @@ impl Architecture {
     pub fn ignored_prefixes(self, family: ModelFamily) -> Vec<String> {
         match self {
             Self::Bert => bert::names::ignored_prefixes(family),
+            Self::ModernBert => modernbert::names::ignored_prefixes(),
         }
     }
 
@@ -185,6 +209,7 @@ impl Architecture {
     pub fn tied_copies(self, family: ModelFamily) -> Vec<(String, String)> {
         match self {
             Self::Bert => bert::names::tied_copies(family).to_vec(),
+            Self::ModernBert => modernbert::names::tied_copies(),
         }
     }
 }

@@ -1,13 +1,18 @@
-//! The models, one folder per architecture ([`bert`]), the registry of the Hugging Face
-//! families they compute ([`family`]), and the Hugging Face format they share ([`hf`]).
+//! The models, one folder per architecture ([`bert`], [`modernbert`]), the registry of the
+//! Hugging Face families they compute ([`family`]), what the rest of the crate holds of any
+//! of them ([`ModelConfig`], [`ModelForMaskedLm`]), and the Hugging Face format they share
+//! ([`hf`]).
 //!
 //! The shared pieces are named once: mlm-core's head and loss (every family's model ends in
 //! an [`mlm_core::MlmHead`] and is graded by [`mlm_core::MaskedCrossEntropy`]), and
 //! [`MaskedLm`], what the trainer, evaluation and fill-mask ask of a model.
 
 pub mod bert;
+pub mod config;
 pub mod family;
 pub mod hf;
+pub mod masked_lm;
+pub mod modernbert;
 
 use burn::tensor::{Bool, Int, Tensor};
 use mlm_core::{MaskedCrossEntropy, MaskedLanguageModel, MlmError, MlmLossOutput};
@@ -18,7 +23,13 @@ pub use bert::{
     BertAttention, BertConfig, BertEmbeddings, BertForMaskedLm, BertLayer, BertResidual,
     BertSelfAttention, evenly_spread_positions, neighbour_query_key, sinusoidal_positions,
 };
+pub use config::ModelConfig;
 pub use family::{Architecture, FAMILIES, Family, ModelFamily};
+pub use masked_lm::ModelForMaskedLm;
+pub use modernbert::{
+    AttentionKind, ModernBertAttention, ModernBertConfig, ModernBertEmbeddings,
+    ModernBertForMaskedLm, ModernBertLayer, ModernBertMlp,
+};
 
 /// A masked-language model of any family, as the training step, held-out evaluation,
 /// fill-mask and minimal-pair scoring ([`MaskedLanguageModel`]) drive it: token ids in,

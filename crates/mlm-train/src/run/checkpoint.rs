@@ -8,7 +8,6 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::module::Module;
 use burn::optim::ModuleOptimizer;
 use burn::store::ModuleRecord;
 use burn::tensor::Device;
@@ -16,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::TrainError;
 use crate::files::{io, read_json, write_json};
-use crate::model::{BertConfig, BertForMaskedLm};
+use crate::model::{ModelConfig, ModelForMaskedLm};
 
 /// How many complete checkpoints to keep (older ones are deleted).
 const KEEP: usize = 2;
@@ -61,7 +60,7 @@ pub fn checkpoint_dir(run_dir: &Path, step: usize) -> PathBuf {
 /// checkpoints stay intact and the incomplete one is removed.
 pub fn save(
     run_dir: &Path,
-    model: &BertForMaskedLm,
+    model: &ModelForMaskedLm,
     optimizer: &ModuleOptimizer,
     state: &RunState,
 ) -> Result<PathBuf, TrainError> {
@@ -81,7 +80,7 @@ pub fn save(
 /// As [`save`].
 pub fn save_model(
     run_dir: &Path,
-    model: &BertForMaskedLm,
+    model: &ModelForMaskedLm,
     state: &RunState,
 ) -> Result<PathBuf, TrainError> {
     write(run_dir, model, state, |_| Ok(()))
@@ -92,7 +91,7 @@ pub fn save_model(
 /// A failed write removes its partial folder.
 fn write(
     run_dir: &Path,
-    model: &BertForMaskedLm,
+    model: &ModelForMaskedLm,
     state: &RunState,
     extra: impl FnOnce(&Path) -> Result<(), TrainError>,
 ) -> Result<PathBuf, TrainError> {
@@ -120,15 +119,14 @@ fn write(
 /// Writes the files of a checkpoint into the folder `partial`.
 fn write_partial(
     partial: &Path,
-    model: &BertForMaskedLm,
+    model: &ModelForMaskedLm,
     state: &RunState,
     extra: impl FnOnce(&Path) -> Result<(), TrainError>,
 ) -> Result<(), TrainError> {
     std::fs::create_dir_all(partial).map_err(io(partial))?;
     let file = partial.join(MODEL_FILE);
     model
-        .clone()
-        .save_file(&file)
+        .save_weights(&file)
         .map_err(|e| checkpoint_error(&file, e))?;
     extra(partial)?;
     write_json(&partial.join("state.json"), state)
@@ -197,9 +195,9 @@ pub fn latest(run_dir: &Path) -> Result<PathBuf, TrainError> {
 /// records this version cannot read (the message says how to carry the weights across).
 pub fn load_model(
     dir: &Path,
-    config: &BertConfig,
+    config: &ModelConfig,
     device: &Device,
-) -> Result<BertForMaskedLm, TrainError> {
+) -> Result<ModelForMaskedLm, TrainError> {
     check_format(dir)?;
     let file = dir.join(MODEL_FILE);
     let record = ModuleRecord::load(&file).map_err(|e| {
@@ -212,7 +210,7 @@ pub fn load_model(
             ),
         )
     })?;
-    config.init(device).try_load_record(record).map_err(|e| {
+    config.init(device).with_record(record).map_err(|e| {
         checkpoint_error(
             &file,
             format!("does not fit the model config.json builds: {e}"),

@@ -9,7 +9,7 @@ use crate::config::{Settings, TrainConfig, saved_config};
 use crate::data::{self, SubwordTokenizer};
 use crate::error::{ConfigError, TrainError};
 use crate::files::{io, read_json, write_json};
-use crate::model::BertForMaskedLm;
+use crate::model::ModelForMaskedLm;
 
 /// A run directory's files.
 pub struct RunDir(pub PathBuf);
@@ -231,11 +231,11 @@ impl ResumedRun {
         let at = (done.step, done.elapsed_seconds);
         let config = Settings::reopen(config, path, at, max_steps, time_budget_seconds)?;
         let tokenizer = SubwordTokenizer::from_file(&dir.tokenizer())?;
-        if tokenizer.vocab_size() != config.model.vocab_size {
+        if tokenizer.vocab_size() != config.model.vocab_size() {
             let reason = format!(
                 "has {} tokens, but config.json says vocab_size = {}",
                 tokenizer.vocab_size(),
-                config.model.vocab_size
+                config.model.vocab_size()
             );
             return Err(ConfigError::path(&dir.tokenizer(), reason).into());
         }
@@ -285,7 +285,7 @@ pub fn write_imported(
     path: &Path,
     config: &Settings,
     tokenizer: &SubwordTokenizer,
-    model: &BertForMaskedLm,
+    model: &ModelForMaskedLm,
 ) -> Result<(), TrainError> {
     let dir = RunDir(path.to_path_buf());
     if dir.config().exists() {

@@ -10,7 +10,7 @@ use crate::config::TrainConfig;
 use crate::data::{self, SubwordTokenizer, TokenizerKind};
 use crate::error::TrainError;
 use crate::eval::{EvalMetrics, UnigramScorer, evaluate};
-use crate::model::{BertForMaskedLm, MaskedLm};
+use crate::model::{MaskedLm, ModelForMaskedLm};
 use crate::run::checkpoint;
 use crate::run::dir::RunDir;
 
@@ -30,7 +30,7 @@ pub struct TrainedRun {
     /// The run's tokenizer.
     pub tokenizer: SubwordTokenizer,
     /// The model of the newest complete checkpoint.
-    pub model: BertForMaskedLm,
+    pub model: ModelForMaskedLm,
     dir: RunDir,
 }
 
@@ -94,7 +94,7 @@ impl TrainedRun {
         }
         let masks: Vec<usize> = (0..ids.len()).filter(|&i| ids[i] == t.mask_id).collect();
         if masks.is_empty() {
-            let mask = t.kind.special_tokens()[4];
+            let mask = t.special_tokens[4];
             return Err(TrainError::InvalidInput(format!("no {mask} in {text:?}")));
         }
         let seq = ids.len();

@@ -21,7 +21,7 @@ const GIB: f64 = (1u64 << 30) as f64;
 /// ~70 MiB of data and code (64 × 64, 16 × 512 and 4 × 2048 tokens; docs/RELIABILITY.md).
 pub fn step_bytes(config: &TrainConfig) -> (f64, f64) {
     let m = &config.model;
-    let parallel = m.hidden_dropout_prob == 0.0 && m.attention_probs_dropout_prob == 0.0;
+    let parallel = m.without_dropout();
     let alive = if parallel {
         config.grad_accumulation
     } else {
@@ -30,12 +30,12 @@ pub fn step_bytes(config: &TrainConfig) -> (f64, f64) {
     let (seq, sequences) = (config.max_seq_len as f64, alive * config.batch_size as f64);
     let tokens = sequences * seq;
     let (d, ff, layers) = (
-        m.hidden_size as f64,
-        m.intermediate_size as f64,
-        m.num_hidden_layers as f64,
+        m.hidden_size() as f64,
+        m.intermediate_size() as f64,
+        m.num_hidden_layers() as f64,
     );
-    let vocab = m.vocab_size.max(config.vocab_size) as f64;
-    let attention = layers * 3.0 * sequences * m.num_attention_heads as f64 * seq * seq;
+    let vocab = m.vocab_size().max(config.vocab_size) as f64;
+    let attention = layers * 3.0 * sequences * m.num_attention_heads() as f64 * seq * seq;
     let activations = layers * tokens * (10.0 * d + 2.0 * ff) + 3.0 * tokens * d;
     // The graded rows' transform, and their logits with the gradient: whole, or one chunk
     // (written over by its gradient) where mlm-core's `LogitsMode::Auto` chunks them.
@@ -46,7 +46,7 @@ pub fn step_bytes(config: &TrainConfig) -> (f64, f64) {
     };
     let head = 3.0 * graded * d + logits;
     let mut sized = m.clone();
-    sized.vocab_size = vocab as usize;
+    *sized.vocab_size_mut() = vocab as usize;
     let parameters = sized.num_parameters() as f64 * (4 + config.parallel_shards) as f64;
     let bytes = |values: f64| 4.0 * values;
     (

@@ -19,7 +19,7 @@ use crate::error::{ConfigError, TrainError};
 use crate::eval::EvalMetrics;
 use crate::eval::held_out::EVAL_MASK_RATES;
 use crate::files::write_json;
-use crate::model::BertForMaskedLm;
+use crate::model::ModelForMaskedLm;
 use crate::model::hf::Pretrained;
 use crate::run::dir::{NewRun, ResumedRun, RunDir};
 use crate::run::report::{MetricsLog, MetricsRow, Summary, plot_loss_curve};
@@ -118,7 +118,7 @@ pub fn train_with(config: TrainConfig, context: &RunContext) -> Result<Summary, 
 /// What a new run reads before it writes anything: the checkpoint it continues (with its
 /// weights) and the tokenizer it is given.
 struct Start {
-    checkpoint: Option<(Pretrained, BertForMaskedLm)>,
+    checkpoint: Option<(Pretrained, ModelForMaskedLm)>,
     tokenizer: Option<SubwordTokenizer>,
 }
 
@@ -157,7 +157,7 @@ enum Weights {
     /// [`BertConfig::init_seeded`](crate::model::BertConfig::init_seeded) from the run's seed.
     Seeded,
     /// A pretrained checkpoint's ([`TrainConfig::init_from`]), with fresh optimizer state.
-    Pretrained(Box<BertForMaskedLm>),
+    Pretrained(Box<ModelForMaskedLm>),
     /// The run's own checkpoint folder, optimizer state and step included (a resume).
     Checkpoint(PathBuf),
 }

@@ -9,7 +9,7 @@ use mlm_core::MaskedCrossEntropy;
 
 use crate::data::DeviceBatch;
 use crate::error::TrainError;
-use crate::model::{BertForMaskedLm, MaskedLm};
+use crate::model::{MaskedLm, ModelForMaskedLm};
 
 /// Masked-LM loss of `model` on `batch`: the head at the masked positions only, then
 /// `loss_fn` against the original ids, the logits whole or chunked as `loss_fn` says
@@ -43,7 +43,7 @@ pub(crate) struct ShardGradients {
 /// generator, whose order threads would scramble) the shards run one after another; the
 /// numbers are the same either way.
 pub(crate) fn shard_gradients(
-    model: &BertForMaskedLm,
+    model: &ModelForMaskedLm,
     batches: Vec<DeviceBatch>,
     loss_fn: &MaskedCrossEntropy,
     n_masked: usize,
@@ -55,7 +55,7 @@ pub(crate) fn shard_gradients(
             param.map(|tensor| tensor.detach().require_grad())
         }
     }
-    let run = |replica: &BertForMaskedLm, batch| -> Result<ShardGradients, TrainError> {
+    let run = |replica: &ModelForMaskedLm, batch| -> Result<ShardGradients, TrainError> {
         let out = forward_loss(replica, batch, loss_fn)?;
         let totals = Tensor::cat(
             vec![out.loss_sum.clone().inner(), out.n_correct.inner().float()],
@@ -87,8 +87,8 @@ pub(crate) fn shard_gradients(
 
 /// The shards of one step added up, on the device: their gradients by parameter, their
 /// totals.
-pub(crate) fn sum_shards(model: &BertForMaskedLm, shards: Vec<ShardGradients>) -> ShardGradients {
-    let mut accumulator = GradientsAccumulator::<BertForMaskedLm>::new();
+pub(crate) fn sum_shards(model: &ModelForMaskedLm, shards: Vec<ShardGradients>) -> ShardGradients {
+    let mut accumulator = GradientsAccumulator::<ModelForMaskedLm>::new();
     let mut totals = None;
     for shard in shards {
         totals = Some(match totals {

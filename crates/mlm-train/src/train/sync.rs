@@ -10,7 +10,7 @@ use burn::tensor::Tensor;
 
 use super::stop::StopSignal;
 use crate::error::TrainError;
-use crate::model::BertForMaskedLm;
+use crate::model::ModelForMaskedLm;
 use crate::run::report::Traffic;
 
 /// What a rank computed in one step, or their sum over all ranks.
@@ -33,7 +33,7 @@ pub trait GradientSync {
     /// [`TrainError::Collective`] if a rank is gone or the reduction fails.
     fn all_reduce(
         &mut self,
-        model: &BertForMaskedLm,
+        model: &ModelForMaskedLm,
         sums: StepSums,
     ) -> Result<StepSums, TrainError>;
 

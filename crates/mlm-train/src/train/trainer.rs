@@ -30,7 +30,7 @@ use crate::config::TrainConfig;
 use crate::data::{SubwordTokenizer, mask_shards, to_device};
 use crate::error::TrainError;
 use crate::eval::{EvalMetrics, evaluate};
-use crate::model::BertForMaskedLm;
+use crate::model::ModelForMaskedLm;
 use crate::run::checkpoint::{self, RunState};
 use crate::run::report::{MetricsRow, SegmentSummary, Summary, Traffic};
 use crate::seed::{Stream, derive_seed};
@@ -105,7 +105,7 @@ struct Segment {
 /// A model in training, with everything its next step needs.
 pub struct Trainer {
     config: TrainConfig,
-    model: BertForMaskedLm,
+    model: ModelForMaskedLm,
     optimizer: ModuleOptimizer,
     masker: Masker,
     loss_fn: MaskedCrossEntropy,
@@ -146,7 +146,7 @@ impl Trainer {
     /// [`Pretrained::load_model`]: crate::model::hf::Pretrained::load_model
     pub fn from_model(
         config: &TrainConfig,
-        model: BertForMaskedLm,
+        model: ModelForMaskedLm,
         tokenizer: &SubwordTokenizer,
         device: &Device,
     ) -> Result<Self, TrainError> {
@@ -206,7 +206,7 @@ impl Trainer {
     }
 
     /// The model being trained.
-    pub fn model(&self) -> &BertForMaskedLm {
+    pub fn model(&self) -> &ModelForMaskedLm {
         &self.model
     }
 
@@ -294,14 +294,12 @@ impl Trainer {
         n_masked: usize,
     ) -> Result<StepSums, TrainError> {
         let request = stop::requested();
-        let vocab_size = self.config.model.vocab_size;
+        let vocab_size = self.config.model.vocab_size();
         let shards = shards
             .iter()
             .map(|shard| to_device(shard, self.pad_id, vocab_size, &self.device))
             .collect::<Result<_, _>>()?;
-        let model = &self.config.model;
-        let parallel =
-            model.hidden_dropout_prob == 0.0 && model.attention_probs_dropout_prob == 0.0;
+        let parallel = self.config.model.without_dropout();
         let shards = shard_gradients(&self.model, shards, &self.loss_fn, n_masked, parallel)?;
         let ShardGradients { grads, totals } = sum_shards(&self.model, shards);
         let budget_progress = match (self.rank.rank, self.config.time_budget_seconds) {
@@ -543,7 +541,7 @@ impl Segment {
 
 /// `Σ (w − w)` over every weight of `model`, read back once: exactly 0 when every weight is
 /// finite, NaN otherwise (`inf − inf` and anything with NaN are NaN).
-fn non_finite_weights(model: &BertForMaskedLm) -> f64 {
+fn non_finite_weights(model: &ModelForMaskedLm) -> f64 {
     struct Check(Option<Tensor<1>>);
     impl ModuleVisitor for Check {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {

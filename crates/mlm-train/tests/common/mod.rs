@@ -10,9 +10,9 @@ use std::process::{Command, Output};
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Device;
 use burn::tensor::Tensor;
+use mlm_train::BertConfig;
 use mlm_train::TrainConfig;
 use mlm_train::run::report::{MetricsRow, Summary};
-use mlm_train::{BertConfig, BertForMaskedLm};
 
 /// The tests' training device: burn-flex, the reference CPU backend, with autodiff.
 pub fn flex_device() -> Device {
@@ -33,7 +33,8 @@ pub fn tiny_config() -> TrainConfig {
                 .with_num_hidden_layers(1)
                 .with_num_attention_heads(2)
                 .with_intermediate_size(64)
-                .with_max_position_embeddings(64),
+                .with_max_position_embeddings(64)
+                .into(),
         )
         .with_vocab_size(1000)
         .with_max_seq_len(64)
@@ -55,7 +56,8 @@ pub fn micro_config() -> TrainConfig {
                 .with_num_hidden_layers(1)
                 .with_num_attention_heads(2)
                 .with_intermediate_size(32)
-                .with_max_position_embeddings(32),
+                .with_max_position_embeddings(32)
+                .into(),
         )
         .with_vocab_size(300)
         .with_max_seq_len(32)
@@ -65,7 +67,7 @@ pub fn micro_config() -> TrainConfig {
 }
 
 /// Every float parameter's values, in module order.
-pub fn parameters(model: &BertForMaskedLm) -> Vec<f32> {
+pub fn parameters(model: &impl Module) -> Vec<f32> {
     struct Values(Vec<f32>);
     impl ModuleVisitor for Values {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {

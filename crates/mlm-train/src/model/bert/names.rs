@@ -39,6 +39,9 @@ fn family_keys(family: ModelFamily) -> FamilyKeys {
             bias: "lm_head.bias",
             decoder: "lm_head.decoder",
         },
+        ModelFamily::ModernBert => {
+            unreachable!("ModernBERT is not computed by BERT's architecture")
+        }
     }
 }
 

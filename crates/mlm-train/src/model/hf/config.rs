@@ -6,7 +6,8 @@ use std::path::Path;
 use crate::data::SubwordTokenizer;
 use crate::error::TrainError;
 use crate::files::read_json;
-use crate::model::BertConfig;
+use crate::model::ModelConfig;
+use crate::model::family::Architecture;
 use crate::model::family::ModelFamily;
 
 /// The model configuration file of a Hugging Face folder.
@@ -19,7 +20,7 @@ pub const CONFIG_FILE: &str = "config.json";
 /// [`TrainError::HfConfig`] naming `path` for a `model_type` the registry does not have
 /// (naming those it has), or a model the architecture does not compute exactly;
 /// [`TrainError::Json`] / [`TrainError::Io`] naming `path`.
-pub fn read_model_config(path: &Path) -> Result<BertConfig, TrainError> {
+pub fn read_model_config(path: &Path) -> Result<ModelConfig, TrainError> {
     let json: serde_json::Value = read_json(path)?;
     // transformers' `PretrainedConfig.model_type`, `BertConfig`'s when absent.
     let model_type = match json.get("model_type") {
@@ -46,10 +47,9 @@ pub fn read_model_config(path: &Path) -> Result<BertConfig, TrainError> {
 /// # Errors
 /// [`TrainError::Io`] / [`TrainError::Json`] naming the file.
 pub fn write_model_config(
-    config: &BertConfig,
+    config: &ModelConfig,
     tokenizer: &SubwordTokenizer,
     dir: &Path,
 ) -> Result<(), TrainError> {
-    let architecture = config.family.spec().architecture;
-    architecture.write_config(config, tokenizer, &dir.join(CONFIG_FILE))
+    Architecture::write_config(config, tokenizer, &dir.join(CONFIG_FILE))
 }

@@ -10,9 +10,9 @@
 //! LayerNorm `weight`/`bias` are Burn's `gamma`/`beta`). Import and export both read it:
 //!
 //! ```text
-//! config.json ──model_type──▶ family ──its architecture──▶ BertConfig ──names──▶ every key
-//! model.safetensors ──parse; check every key, dtype, shape──▶ host f32 ──▶ BertForMaskedLm
-//! BertForMaskedLm ──visit──▶ host f32 ──names──▶ model.safetensors (F32, Hugging Face keys)
+//! config.json ──model_type──▶ family ──its architecture──▶ ModelConfig ──names──▶ every key
+//! model.safetensors ──parse; check every key, dtype, shape──▶ host f32 ──▶ ModelForMaskedLm
+//! ModelForMaskedLm ──visit──▶ host f32 ──names──▶ model.safetensors (F32, Hugging Face keys)
 //! ```
 
 pub mod config;

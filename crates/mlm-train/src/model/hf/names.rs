@@ -2,7 +2,7 @@
 //! shape. Each architecture builds its families' tables ([`Architecture::names`]); import
 //! and export read them.
 
-use crate::model::BertConfig;
+use crate::model::ModelConfig;
 use crate::model::family::{Architecture, ModelFamily};
 
 /// One parameter in both namings.
@@ -47,36 +47,57 @@ impl NameTable {
 
     /// PyTorch `weight [out, in]` and `bias [out]`.
     pub fn linear(&mut self, hf: &str, ours: &str, d_in: usize, d_out: usize) {
+        self.linear_with_bias(hf, ours, d_in, d_out, true);
+    }
+
+    /// PyTorch `weight [out, in]`, and `bias [out]` if the layer has one.
+    pub fn linear_with_bias(
+        &mut self,
+        hf: &str,
+        ours: &str,
+        d_in: usize,
+        d_out: usize,
+        bias: bool,
+    ) {
         self.tensor(
             &format!("{hf}.weight"),
             &format!("{ours}.weight"),
             &[d_out, d_in],
             true,
         );
-        self.tensor(
-            &format!("{hf}.bias"),
-            &format!("{ours}.bias"),
-            &[d_out],
-            false,
-        );
+        if bias {
+            self.tensor(
+                &format!("{hf}.bias"),
+                &format!("{ours}.bias"),
+                &[d_out],
+                false,
+            );
+        }
     }
 
     /// PyTorch `weight`/`bias` are Burn's `gamma`/`beta`.
     pub fn layer_norm(&mut self, hf: &str, ours: &str, d: usize) {
+        self.layer_norm_with_bias(hf, ours, d, true);
+    }
+
+    /// PyTorch `weight` (Burn's `gamma`), and `bias` (`beta`) if the LayerNorm has one.
+    pub fn layer_norm_with_bias(&mut self, hf: &str, ours: &str, d: usize, bias: bool) {
         self.tensor(
             &format!("{hf}.weight"),
             &format!("{ours}.gamma"),
             &[d],
             false,
         );
-        self.tensor(&format!("{hf}.bias"), &format!("{ours}.beta"), &[d], false);
+        if bias {
+            self.tensor(&format!("{hf}.bias"), &format!("{ours}.beta"), &[d], false);
+        }
     }
 }
 
 /// Every parameter of a model of `config` with its key in `config.family`'s checkpoints, by
 /// the family's architecture ([`Architecture::names`]).
-pub fn names(config: &BertConfig) -> Vec<HfName> {
-    architecture(config.family).names(config)
+pub fn names(config: &ModelConfig) -> Vec<HfName> {
+    Architecture::names(config)
 }
 
 /// Keys (prefixes) of a `family` checkpoint that a masked-LM model does not use.

@@ -1,4 +1,4 @@
-//! A Hugging Face `BertForMaskedLM` or `RobertaForMaskedLM` folder to start from (`train --init-from`, `import-hf`):
+//! A Hugging Face masked-LM folder of a registry family to start from (`train --init-from`, `import-hf`):
 //! its configuration, tokenizer and weights, each checked against the others before a run
 //! is written.
 
@@ -11,7 +11,7 @@ use super::safetensors::load_hf;
 use super::tokenizer::tokenizer_file;
 use crate::data::SubwordTokenizer;
 use crate::error::TrainError;
-use crate::model::{BertConfig, BertForMaskedLm};
+use crate::model::{ModelConfig, ModelForMaskedLm};
 
 /// A pretrained checkpoint folder whose `config.json` and tokenizer agree: continued
 /// pretraining (Gururangan et al. 2020, "Don't Stop Pretraining", §3) starts from it, as
@@ -21,7 +21,7 @@ pub struct Pretrained {
     /// The folder.
     pub dir: PathBuf,
     /// Its model, as our configuration.
-    pub config: BertConfig,
+    pub config: ModelConfig,
     /// Its tokenizer file: `tokenizer.json`, else `vocab.txt`.
     pub tokenizer_file: PathBuf,
     /// That tokenizer.
@@ -48,7 +48,7 @@ impl Pretrained {
         let config = read_model_config(&path)?;
         let tokenizer_file = tokenizer_file(dir)?;
         let tokenizer = SubwordTokenizer::from_file(&tokenizer_file)?;
-        let kinds = config.family.spec().tokenizers;
+        let kinds = config.family().spec().tokenizers;
         if !kinds.contains(&tokenizer.kind) {
             let names: Vec<&str> = kinds.iter().map(|kind| kind.name()).collect();
             return Err(TrainError::Tokenizer {
@@ -56,18 +56,18 @@ impl Pretrained {
                 reason: format!(
                     "is {}, but a {} model reads {} ids",
                     tokenizer.kind.name(),
-                    config.family.model_type(),
+                    config.family().model_type(),
                     names.join(" or ")
                 ),
             });
         }
-        if tokenizer.vocab_size() != config.vocab_size {
+        if tokenizer.vocab_size() != config.vocab_size() {
             return Err(TrainError::HfConfig {
                 path,
                 reason: format!(
                     "vocab_size = {}, but the tokenizer {} has {} tokens: a checkpoint's \
                      config.json, embedding and tokenizer must agree",
-                    config.vocab_size,
+                    config.vocab_size(),
                     tokenizer_file.display(),
                     tokenizer.vocab_size()
                 ),
@@ -86,7 +86,7 @@ impl Pretrained {
     /// # Errors
     /// Those of [`load_hf`]; [`TrainError::HfConfig`] if `config.json` changed since
     /// [`read`](Self::read).
-    pub fn load_model(&self, device: &Device) -> Result<BertForMaskedLm, TrainError> {
+    pub fn load_model(&self, device: &Device) -> Result<ModelForMaskedLm, TrainError> {
         let (config, model) = load_hf(&self.dir, device)?;
         if config != self.config {
             return Err(TrainError::HfConfig {
@@ -102,12 +102,8 @@ impl Pretrained {
     ///
     /// # Errors
     /// [`TrainError::HfConfig`] naming both configurations' differing sizes.
-    pub fn check_architecture(&self, model: &BertConfig) -> Result<(), TrainError> {
-        let theirs = BertConfig {
-            hidden_dropout_prob: model.hidden_dropout_prob,
-            attention_probs_dropout_prob: model.attention_probs_dropout_prob,
-            ..self.config.clone()
-        };
+    pub fn check_architecture(&self, model: &ModelConfig) -> Result<(), TrainError> {
+        let theirs = self.config.with_dropouts_of(model);
         if *model == theirs {
             return Ok(());
         }

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::module::{ModuleMapper, ModuleVisitor, Param};
 use burn::tensor::Device;
 use burn::tensor::{Tensor, TensorData};
 use safetensors::tensor::TensorView;
@@ -23,7 +23,7 @@ use super::names::{HfName, ignored_prefixes, names, tied_copies};
 use crate::data::SubwordTokenizer;
 use crate::error::TrainError;
 use crate::files::{io, write_atomic};
-use crate::model::{BertConfig, BertForMaskedLm, ModelFamily};
+use crate::model::{ModelConfig, ModelFamily, ModelForMaskedLm};
 
 /// The weights file of a Hugging Face folder.
 pub const WEIGHTS_FILE: &str = "model.safetensors";
@@ -213,14 +213,14 @@ fn read_weights(
 /// complete safetensors file; [`TrainError::HfTensorMissing`], [`TrainError::HfDtype`],
 /// [`TrainError::HfTensorShape`] or [`TrainError::HfTensorUnexpected`] naming the key.
 /// All checks run before the model is built.
-pub fn load_hf(dir: &Path, device: &Device) -> Result<(BertConfig, BertForMaskedLm), TrainError> {
+pub fn load_hf(dir: &Path, device: &Device) -> Result<(ModelConfig, ModelForMaskedLm), TrainError> {
     let config = read_model_config(&dir.join(CONFIG_FILE))?;
-    let tensors = read_weights(&dir.join(WEIGHTS_FILE), &names(&config), config.family)?;
+    let tensors = read_weights(&dir.join(WEIGHTS_FILE), &names(&config), config.family())?;
     let mut assign = ByPath {
         path: Vec::new(),
         tensors,
     };
-    let model = config.init(device).map(&mut assign);
+    let model = config.init(device).map_parameters(&mut assign);
     Ok((config, model))
 }
 
@@ -231,14 +231,14 @@ pub fn load_hf(dir: &Path, device: &Device) -> Result<(BertConfig, BertForMasked
 /// # Errors
 /// [`TrainError::Io`] / [`TrainError::Json`] naming the file that could not be written.
 pub fn save_hf(
-    model: &BertForMaskedLm,
-    config: &BertConfig,
+    model: &ModelForMaskedLm,
+    config: &ModelConfig,
     tokenizer: &SubwordTokenizer,
     dir: &Path,
 ) -> Result<(), TrainError> {
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let mut collect = ByPath::default();
-    model.visit(&mut collect);
+    model.visit_parameters(&mut collect);
     let tensors: Vec<(HfName, Vec<u8>)> = names(config)
         .into_iter()
         .map(|name| {
@@ -282,21 +282,22 @@ pub fn save_hf(
 mod tests {
     use super::*;
 
-    fn config() -> BertConfig {
-        BertConfig::new(40)
+    fn config() -> ModelConfig {
+        crate::model::BertConfig::new(40)
             .with_hidden_size(8)
             .with_num_hidden_layers(2)
             .with_num_attention_heads(2)
             .with_intermediate_size(12)
             .with_max_position_embeddings(10)
             .with_type_vocab_size(3)
+            .into()
     }
 
     #[test]
     fn the_table_names_every_parameter_once_with_its_shape() {
         let config = config();
         let mut collect = ByPath::default();
-        config.init(&Device::flex()).visit(&mut collect);
+        config.init(&Device::flex()).visit_parameters(&mut collect);
         let model: HashMap<String, Vec<usize>> = collect
             .tensors
             .into_iter()

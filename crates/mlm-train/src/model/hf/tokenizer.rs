@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use crate::data::{SubwordTokenizer, TokenizerKind};
+use crate::data::{SPECIAL_TOKENS, SubwordTokenizer, TokenizerKind};
 use crate::error::TrainError;
 use crate::files::{write_atomic, write_json};
 
@@ -22,7 +22,7 @@ pub fn save_tokenizer(
     dir: &Path,
 ) -> Result<(), TrainError> {
     tokenizer.save(&dir.join("tokenizer.json"))?;
-    let [pad, unk, cls, sep, mask] = tokenizer.kind.special_tokens();
+    let [pad, unk, cls, sep, mask] = tokenizer.special_tokens;
     let mut specials = json!({
         "pad_token": pad, "unk_token": unk, "cls_token": cls, "sep_token": sep, "mask_token": mask,
     });
@@ -33,6 +33,8 @@ pub fn save_tokenizer(
             write_atomic(&dir.join("vocab.txt"), vocab.as_bytes())?;
             "BertTokenizer"
         }
+        // ModernBERT's byte-level BPE with BERT's specials: the fast tokenizer of the file.
+        _ if tokenizer.special_tokens == SPECIAL_TOKENS => "PreTrainedTokenizerFast",
         TokenizerKind::ByteLevelBpe | TokenizerKind::Unigram => {
             specials["bos_token"] = json!(cls);
             specials["eos_token"] = json!(sep);

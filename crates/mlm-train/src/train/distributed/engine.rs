@@ -13,7 +13,7 @@ use mpi::traits::{CommunicatorCollectives, Equivalence};
 use super::ProcessGroup;
 use super::watchdog::Watchdog;
 use crate::error::TrainError;
-use crate::model::BertForMaskedLm;
+use crate::model::ModelForMaskedLm;
 use crate::run::report::Traffic;
 use crate::train::sync::{GradientSync, SharedScalars, StepSums};
 
@@ -101,7 +101,7 @@ impl GradientSync for MpiSum {
 
     fn all_reduce(
         &mut self,
-        model: &BertForMaskedLm,
+        model: &ModelForMaskedLm,
         sums: StepSums,
     ) -> Result<StepSums, TrainError> {
         let StepSums {
