@@ -5,6 +5,9 @@ positions graded, in eager mode, f32, on CUDA or the CPU.
 Variants (same shapes as our bench):
   dense     -- Hugging Face's default: every position through the head, labels -100 elsewhere;
   gathered  -- only the graded rows through the head (what our `forward_masked` does).
+With `--architecture modernbert`, transformers' `ModernBertForMaskedLM` instead (sdpa
+attention, a global layer every third, the others over `--local-attention` tokens), whose
+`sparse_prediction=True` is its own gathered path (variant `gathered`).
 
 Prints one JSON list of rows: variant, median forward+backward (ms) over STEPS steps after
 WARMUP and its tokens/s, the same for a full training step (+ clip by the global norm 1.0 and
@@ -21,7 +24,9 @@ import statistics
 import time
 
 import torch
-from transformers import BertConfig, BertForMaskedLM
+import resource
+
+from transformers import BertConfig, BertForMaskedLM, ModernBertConfig, ModernBertForMaskedLM
 
 
 def main():
@@ -32,6 +37,8 @@ def main():
                           ("warmup", 3), ("steps", 10)]:
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--label", default="")
+    p.add_argument("--architecture", default="bert", choices=["bert", "modernbert"])
+    p.add_argument("--local-attention", type=int, default=128)
     p.add_argument("--json")
     a = p.parse_args()
     device = torch.device(a.device)
@@ -40,7 +47,16 @@ def main():
                         num_attention_heads=a.heads, intermediate_size=a.intermediate,
                         max_position_embeddings=max(a.seq, 512), hidden_act="gelu",
                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    model = BertForMaskedLM(config).to(device).train()
+    if a.architecture == "modernbert":
+        config = ModernBertConfig(vocab_size=a.vocab, hidden_size=a.hidden,
+                                  num_hidden_layers=a.layers, num_attention_heads=a.heads,
+                                  intermediate_size=a.intermediate,
+                                  max_position_embeddings=max(a.seq, 512),
+                                  local_attention=a.local_attention, sparse_prediction=True,
+                                  attn_implementation="sdpa")
+        model = ModernBertForMaskedLM(config).to(device).train()
+    else:
+        model = BertForMaskedLM(config).to(device).train()
     rows = a.batch * a.seq
     input_ids = torch.randint(5, a.vocab, (a.batch, a.seq), device=device)
     attention_mask = torch.ones_like(input_ids)
@@ -85,8 +101,14 @@ def main():
                 times.append(time.perf_counter() - started)
         return 1e3 * statistics.median(times)
 
+    def sparse():
+        return model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+
+    variants = (("dense", dense), ("gathered", gathered))
+    if a.architecture == "modernbert":
+        variants = (("gathered", sparse),)
     out = []
-    for variant, loss_fn in (("dense", dense), ("gathered", gathered)):
+    for variant, loss_fn in variants:
         if device.type == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
@@ -102,6 +124,7 @@ def main():
             "peak_device_mib": torch.cuda.max_memory_allocated() / 2**20
             if device.type == "cuda" else None,
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         })
     text = json.dumps(out, indent=1)
     if a.json:

@@ -19,7 +19,7 @@ use crate::config::TrainConfig;
 use crate::data::{DeviceBatch, SPECIAL_TOKENS, make_shards};
 use crate::error::{ConfigError, TrainError};
 use crate::files::{io, write_json};
-use crate::model::{BertConfig, ModelForMaskedLm};
+use crate::model::{BertConfig, ModelConfig, ModelForMaskedLm};
 use crate::seed::{Stream, stream_rng};
 use crate::train::memory::check_fits;
 use crate::train::optimizer::adamw;
@@ -54,6 +54,11 @@ pub struct BackendBenchConfig {
     /// job's 2).
     #[config(default = 2)]
     pub parallel_shards: usize,
+    /// Time a ModernBERT of `model`'s sizes instead ([`ModelConfig::to_modernbert`]: a
+    /// global layer every third, the others over a window of 128 tokens or half the
+    /// sequence).
+    #[config(default = false)]
+    pub modernbert: bool,
 }
 
 /// One backend's row of the comparison.
@@ -204,8 +209,12 @@ impl<'a> BenchSetup<'a> {
         .into_iter()
         .collect::<Result<(), _>>()?;
         // The same step as the trainer's, with its defaults for the optimizer and clipping.
+        let model = match config.modernbert {
+            true => ModelConfig::from(m.clone()).to_modernbert(),
+            false => m.clone().into(),
+        };
         let train = TrainConfig::new("".into())
-            .with_model(m.clone().into())
+            .with_model(model.clone())
             .with_vocab_size(m.vocab_size)
             .with_max_seq_len(config.seq_len)
             .with_batch_size(config.batch_size)
@@ -216,7 +225,7 @@ impl<'a> BenchSetup<'a> {
         Ok(Self {
             n_masked: shards.iter().map(|s| s.targets.len()).sum(),
             shards,
-            model: ModelForMaskedLm::Bert(m.init_seeded(config.seed, device)),
+            model: model.init_seeded(config.seed, device),
             loss_fn: MaskedCrossEntropy::default(),
             train,
             config,

@@ -287,22 +287,50 @@ fn train_init_from_bert_continues_resumes_and_exports_a_bert() {
 
 #[test]
 fn train_init_from_roberta_with_span_masking_continues_resumes_and_exports_a_roberta() {
-    continue_with_span_masking_and_export("roberta", "RobertaForMaskedLM", "RobertaTokenizer");
+    let export = Export {
+        class: "RobertaForMaskedLM",
+        tokenizer_class: "RobertaTokenizer",
+        start_end: (0, 2),
+        mask: "<mask>",
+    };
+    continue_with_span_masking_and_export("roberta", &export);
 }
 
 #[test]
 fn train_init_from_xlm_roberta_with_span_masking_continues_resumes_and_exports_an_xlm_roberta() {
-    continue_with_span_masking_and_export(
-        "xlm_roberta",
-        "XLMRobertaForMaskedLM",
-        "XLMRobertaTokenizer",
-    );
+    let export = Export {
+        class: "XLMRobertaForMaskedLM",
+        tokenizer_class: "XLMRobertaTokenizer",
+        start_end: (0, 2),
+        mask: "<mask>",
+    };
+    continue_with_span_masking_and_export("xlm_roberta", &export);
+}
+
+#[test]
+fn train_init_from_modernbert_with_span_masking_continues_resumes_and_exports_a_modernbert() {
+    // Byte-level BPE with BERT's specials, appended after the pieces.
+    let export = Export {
+        class: "ModernBertForMaskedLM",
+        tokenizer_class: "PreTrainedTokenizerFast",
+        start_end: (296, 297),
+        mask: "[MASK]",
+    };
+    continue_with_span_masking_and_export("modernbert", &export);
+}
+
+/// What an export of a fixture family names: its class, tokenizer class, start and end
+/// token ids, and mask token.
+struct Export {
+    class: &'static str,
+    tokenizer_class: &'static str,
+    start_end: (u64, u64),
+    mask: &'static str,
 }
 
 /// [`continue_resume_export`] of the fixture `family` on `paragraphs.txt` with span masking
-/// (its tokenizer's word starts, `Ġ` or `▁`): the export names `class` and `tokenizer_class`,
-/// RoBERTa's start and end ids and `<mask>`.
-fn continue_with_span_masking_and_export(family: &str, class: &str, tokenizer_class: &str) {
+/// (its tokenizer's word starts, `Ġ` or `▁`): the export names what `export` says.
+fn continue_with_span_masking_and_export(family: &str, export: &Export) {
     let tmp = tempfile::tempdir().unwrap();
     let corpus = tmp.path().join("corpus");
     std::fs::create_dir_all(&corpus).unwrap();
@@ -315,19 +343,20 @@ fn continue_with_span_masking_and_export(family: &str, class: &str, tokenizer_cl
     let hf = continue_resume_export(tmp.path(), family, &corpus, &["--masking", "span"]);
     let config: Value =
         serde_json::from_str(&std::fs::read_to_string(hf.join("config.json")).unwrap()).unwrap();
-    assert_eq!(config["architectures"][0], class);
+    assert_eq!(config["architectures"][0], export.class);
+    let (start, end) = export.start_end;
     assert_eq!(
         (
             config["bos_token_id"].as_u64(),
             config["eos_token_id"].as_u64()
         ),
-        (Some(0), Some(2))
+        (Some(start), Some(end))
     );
     let tokenizer: Value =
         serde_json::from_str(&std::fs::read_to_string(hf.join("tokenizer_config.json")).unwrap())
             .unwrap();
-    assert_eq!(tokenizer["tokenizer_class"], tokenizer_class);
-    assert_eq!(tokenizer["mask_token"], "<mask>");
+    assert_eq!(tokenizer["tokenizer_class"], export.tokenizer_class);
+    assert_eq!(tokenizer["mask_token"], export.mask);
 }
 
 /// `train --init-from` the fixture `family` on `corpus` (4 steps, then `extra`), `--resume`
@@ -636,6 +665,105 @@ fn an_xlm_roberta_tokenizer_that_cannot_serve_is_refused_in_one_line_before_anyt
         ),
     ];
     assert_refused("xlm_roberta", tmp.path(), &corpus, cases);
+}
+
+#[test]
+fn a_modernbert_folder_that_cannot_serve_is_refused_in_one_line_before_anything_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = corpus_in_vocabulary(tmp.path());
+    let rope_type = |hf: &Path| {
+        let rope = serde_json::json!({
+            "full_attention": {"rope_type": "yarn", "rope_theta": 160000.0, "factor": 2.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        });
+        set_config(hf, "rope_parameters", rope);
+    };
+    let cases: Vec<RefusalCase> = vec![
+        (
+            "an odd local_attention",
+            Box::new(|hf| set_config(hf, "local_attention", 5.into())),
+            &[],
+            vec!["local_attention", "5", "even"],
+        ),
+        (
+            "a window longer than the positions",
+            Box::new(|hf| set_config(hf, "local_attention", 30.into())),
+            &[],
+            vec!["local_attention", "30", "max_position_embeddings (24)"],
+        ),
+        (
+            "scaled rotary positions",
+            Box::new(rope_type),
+            &[],
+            vec![
+                "rope_parameters.full_attention.rope_type",
+                "yarn",
+                "default",
+            ],
+        ),
+        (
+            "another activation",
+            Box::new(|hf| set_config(hf, "hidden_activation", "silu".into())),
+            &[],
+            vec!["hidden_activation", "silu", "gelu"],
+        ),
+        (
+            "sequences longer than the positions",
+            Box::new(|_| {}),
+            &["--max-seq-len", "32"],
+            vec!["max_seq_len", "32", "max_position_embeddings = 24"],
+        ),
+        (
+            "a tokenizer without a mask token",
+            Box::new(|hf| {
+                edit_tokenizer(hf, |json| {
+                    let added = json["added_tokens"].as_array_mut().unwrap();
+                    added.retain(|token| token["content"] != "[MASK]");
+                })
+            }),
+            &[],
+            vec!["[MASK]", "<mask>"],
+        ),
+        (
+            "an architecture beside the checkpoint",
+            Box::new(|_| {}),
+            &["--architecture", "modernbert"],
+            vec!["architecture", "--init-from", "fixes the architecture"],
+        ),
+        (
+            "no Wqkv",
+            Box::new(|hf| edit_weights(hf, "model.layers.1.attn.Wqkv.weight", false)),
+            &[],
+            vec!["model.layers.1.attn.Wqkv.weight", "is missing"],
+        ),
+        (
+            "a Wi of intermediate_size rows",
+            Box::new(|hf| resize_weights(hf, "model.layers.2.mlp.Wi.weight", &[32, 16])),
+            &[],
+            vec!["model.layers.2.mlp.Wi.weight", "[64, 16]", "[32, 16]"],
+        ),
+    ];
+    assert_refused("modernbert", tmp.path(), &corpus, cases);
+}
+
+/// `model.safetensors` with the tensor `key` replaced by zeros of `shape`.
+fn resize_weights(hf: &Path, key: &str, shape: &[usize]) {
+    let path = hf.join("model.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let file = SafeTensors::deserialize(&bytes).unwrap();
+    let zeros = vec![0u8; 4 * shape.iter().product::<usize>()];
+    let tensors: Vec<(String, TensorView)> = file
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| match name == key {
+            true => (
+                name,
+                TensorView::new(Dtype::F32, shape.to_vec(), &zeros).unwrap(),
+            ),
+            false => (name, view),
+        })
+        .collect();
+    std::fs::write(&path, safetensors::serialize(tensors, None).unwrap()).unwrap();
 }
 
 /// A refusal case: what it is, how it breaks the fixture, the flags beside it, and what the

@@ -47,8 +47,13 @@ fn fixture() -> PathBuf {
 
 /// transformers' tiny BERT (without autodiff, as `eval` runs) and its PLL reference.
 fn tiny_bert() -> (ModelForMaskedLm, Reference, PseudoLogLikelihood) {
-    let (_, model) = load_hf(&fixture(), &Device::flex()).unwrap();
-    let text = std::fs::read_to_string(fixture().join("pll.json")).unwrap();
+    with_reference(&fixture(), &fixture().join("pll.json"))
+}
+
+/// The Hugging Face model in `dir` and the PLL reference at `pll`.
+fn with_reference(dir: &Path, pll: &Path) -> (ModelForMaskedLm, Reference, PseudoLogLikelihood) {
+    let (_, model) = load_hf(dir, &Device::flex()).unwrap();
+    let text = std::fs::read_to_string(pll).unwrap();
     let reference: Reference = serde_json::from_str(&text).unwrap();
     let s = &reference.special;
     let scorer = PseudoLogLikelihood::new(SpecialTokenIds {
@@ -101,6 +106,44 @@ fn pll_word_l2r_matches_transformers_to_1e_5_with_the_tokenizers_word_pieces() {
         .iter()
         .filter(|c| (c.pll - c.pll_word_l2r).abs() > 2e-4);
     assert_eq!(differs.count(), 4);
+}
+
+#[test]
+fn modernbert_pseudo_log_likelihoods_match_transformers_to_1e_5() {
+    // The tiny ModernBERT of tests/fixtures/continued (3 layers, two of them local with a
+    // window of ±2 tokens; `make_pll_reference.py modernbert`): its longest sentence fills
+    // all 24 positions, so the windows cut.
+    let continued = fixture().join("../continued");
+    let (model, reference, scorer) = with_reference(
+        &continued.join("modernbert"),
+        &continued.join("modernbert_pll.json"),
+    );
+    let tokenizer =
+        SubwordTokenizer::from_file(&continued.join("modernbert/tokenizer.json")).unwrap();
+    let continuations = tokenizer.word_continuations().unwrap();
+    let sentences: Vec<Vec<u32>> = reference.sentences.iter().map(|c| c.ids.clone()).collect();
+    let device = Device::flex();
+    let plls = scorer.score(&model, &sentences, &device).unwrap();
+    let word_l2r = scorer
+        .score_word_l2r(&model, &sentences, &continuations, &device)
+        .unwrap();
+    for ((case, pll), l2r) in reference.sentences.iter().zip(&plls).zip(&word_l2r) {
+        let what = format!("{:?}", case.ids);
+        assert!(
+            (pll - case.pll).abs() <= 1e-5,
+            "{what}: PLL {pll} vs {}",
+            case.pll
+        );
+        let expected = case.pll_word_l2r;
+        assert!(
+            (l2r - expected).abs() <= 1e-5,
+            "{what}: PLL-word-l2r {l2r} vs {expected}"
+        );
+    }
+    assert_eq!(
+        reference.sentences.iter().map(|c| c.ids.len()).max(),
+        Some(22)
+    );
 }
 
 #[test]

@@ -181,6 +181,10 @@ pub(crate) struct BackendsArgs {
     /// Shards of the batch run on their own threads, as the trainer's `--parallel-shards`.
     #[arg(long)]
     pub(crate) parallel_shards: Option<usize>,
+    /// The architecture timed: BERT's, or ModernBERT's at the same sizes (train's
+    /// --architecture).
+    #[arg(long, value_enum)]
+    pub(crate) architecture: Option<ArchitectureFlag>,
     /// Where to write the rows as JSON.
     #[arg(long, default_value = "runs/bench/backends.json")]
     pub(crate) json: PathBuf,
@@ -201,6 +205,7 @@ impl BackendsArgs {
         let mut config = BackendBenchConfig::new();
         self.apply_flags(&mut config);
         config.model.max_position_embeddings = config.seq_len;
+        config.modernbert = self.architecture == Some(ArchitectureFlag::Modernbert);
         config
     }
 }
@@ -413,7 +418,8 @@ impl TrainArgs {
                 format!("{architecture:?}").to_lowercase(),
                 from.is_none(),
                 format!(
-                    "cannot be chosen with --init-from {}: the checkpoint's config.json fixes                      the architecture",
+                    "cannot be chosen with --init-from {}: the checkpoint's config.json fixes the \
+                     architecture",
                     from.unwrap_or_default()
                 ),
             )?;

@@ -78,7 +78,7 @@ impl Settings {
         match sources.checkpoint {
             Some(checkpoint) => config.init_from = Some(absolute(&checkpoint.dir)?),
             None => {
-                *config.model.max_position_embeddings_mut() = config.max_seq_len;
+                config.model = config.model.clone().with_positions(config.max_seq_len);
                 *config.model.vocab_size_mut() = data.tokenizer.vocab_size();
             }
         }

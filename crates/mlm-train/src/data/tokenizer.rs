@@ -133,12 +133,22 @@ impl TokenizerKind {
         ids
     }
 
-    /// The special tokens of `tokenizer` in role order: BERT's names where it has a
-    /// `[MASK]` and no `<mask>` (ModernBERT's byte-level BPE), else the kind's own.
+    /// The special tokens of `tokenizer` in role order: for a BPE or Unigram, BERT's names
+    /// where it holds more of them than of RoBERTa's (ModernBERT's byte-level BPE has
+    /// `[CLS] [SEP] [MASK] [PAD] [UNK]`), else the kind's own.
     fn special_tokens_of(self, tokenizer: &Tokenizer) -> [&'static str; 5] {
-        let has = |token: &str| tokenizer.token_to_id(token).is_some();
+        let held = |names: [&str; 5]| {
+            names
+                .iter()
+                .filter(|t| tokenizer.token_to_id(t).is_some())
+                .count()
+        };
         match self {
-            Self::ByteLevelBpe | Self::Unigram if has("[MASK]") && !has("<mask>") => SPECIAL_TOKENS,
+            Self::ByteLevelBpe | Self::Unigram
+                if held(SPECIAL_TOKENS) > held(ROBERTA_SPECIAL_TOKENS) =>
+            {
+                SPECIAL_TOKENS
+            }
             _ => self.special_tokens(),
         }
     }

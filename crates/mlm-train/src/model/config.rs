@@ -57,16 +57,27 @@ impl ModelConfig {
         max_position_embeddings, max_position_embeddings_mut;
     );
 
-    /// The main job's ModernBERT: the sizes of `self` (a BERT's), ModernBERT's choices.
+    /// The main job's ModernBERT: the sizes of `self` (a BERT's), ModernBERT's choices
+    /// ([`with_positions`](Self::with_positions) sets its window).
     pub fn to_modernbert(&self) -> Self {
-        Self::ModernBert(
-            ModernBertConfig::new(self.vocab_size())
-                .with_hidden_size(self.hidden_size())
-                .with_num_hidden_layers(self.num_hidden_layers())
-                .with_num_attention_heads(self.num_attention_heads())
-                .with_intermediate_size(self.intermediate_size())
-                .with_max_position_embeddings(self.max_position_embeddings()),
-        )
+        let modernbert = ModernBertConfig::new(self.vocab_size())
+            .with_hidden_size(self.hidden_size())
+            .with_num_hidden_layers(self.num_hidden_layers())
+            .with_num_attention_heads(self.num_attention_heads())
+            .with_intermediate_size(self.intermediate_size());
+        Self::ModernBert(modernbert).with_positions(self.max_position_embeddings())
+    }
+
+    /// A new model's configuration for sequences of `positions` tokens: its position table
+    /// (`max_position_embeddings`); for a ModernBERT also its window, cut to half the
+    /// sequence (rounded down to even) where it is longer (ModernBERT's 128 tokens would
+    /// make every layer of the main job's 64-token sequences global).
+    pub fn with_positions(mut self, positions: usize) -> Self {
+        *self.max_position_embeddings_mut() = positions;
+        if let Self::ModernBert(c) = &mut self {
+            c.local_attention = c.local_attention.min(positions / 4 * 2).max(2);
+        }
+        self
     }
 
     /// The Hugging Face family the model is a checkpoint of.
