@@ -9,6 +9,7 @@ pub mod init;
 pub mod modules;
 pub mod names;
 pub mod rotary;
+pub mod window;
 
 pub use config::{AttentionKind, ModernBertConfig};
 pub use hf_config::HfModernBertConfig;

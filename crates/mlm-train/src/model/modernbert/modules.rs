@@ -16,6 +16,7 @@ use mlm_core::{
 };
 
 use super::rotary::Rotary;
+use super::window::{banded, window_bias};
 use crate::data::DeviceBatch;
 use crate::model::MaskedLm;
 
@@ -62,16 +63,15 @@ pub struct ModernBertAttention {
     pub num_attention_heads: usize,
 }
 
-/// What one attention kind needs: its rotation and, for a window, the additive bias of
-/// every (query, key) pair.
+/// What one attention kind needs: its rotation, the padding, and for a local layer its
+/// half window.
 pub struct AttentionInputs {
     /// Rotary positions at this kind's base.
     pub rotary: Rotary,
     /// `[batch, seq]`: 0, or [`PADDING_BIAS`] at padding keys.
     pub key_bias: Tensor<2>,
-    /// `[batch, 1, seq, seq]`: the key bias plus [`PADDING_BIAS`] outside the window; `None`
-    /// for global attention.
-    pub window_bias: Option<Tensor<4>>,
+    /// `local_attention / 2` for a local layer; `None` for a global one.
+    pub half_window: Option<usize>,
 }
 
 impl ModernBertAttention {
@@ -85,14 +85,23 @@ impl ModernBertAttention {
             inputs.rotary.apply(query, heads),
             inputs.rotary.apply(key, heads),
         );
-        let context = match (&inputs.window_bias, self.drop.prob == 0.0) {
-            (None, true) => multi_head_attention(query, key, value, inputs.key_bias.clone(), heads),
-            (window, _) => {
-                let [batch, seq, _] = query.dims();
-                let bias = window
-                    .clone()
-                    .unwrap_or_else(|| inputs.key_bias.clone().reshape([batch, 1, 1, seq]));
-                self.biased(query, key, value, bias)
+        let [batch, seq, _] = query.dims();
+        let key_bias = inputs.key_bias.clone();
+        let context = match inputs.half_window {
+            None if self.drop.prob == 0.0 => {
+                multi_head_attention(query, key, value, key_bias, heads)
+            }
+            None => self.biased([query, key, value], key_bias.reshape([batch, 1, 1, seq])),
+            // Blocks pay where the window is a small part of the sequence.
+            Some(half) if seq >= 4 * half => {
+                let split = |x: Tensor<3>| x.reshape([batch, seq, heads, d / heads]).swap_dims(1, 2);
+                let context = banded([query, key, value].map(split), key_bias, half, &self.drop);
+                context.swap_dims(1, 2).reshape([batch, seq, d])
+            }
+            Some(half) => {
+                let window = window_bias(seq, half, &query.device());
+                let bias = key_bias.reshape([batch, 1, 1, seq]) + window;
+                self.biased([query, key, value], bias)
             }
         };
         self.drop.forward(per_token(&self.wo, context))
@@ -100,13 +109,7 @@ impl ModernBertAttention {
 
     /// `softmax(q kᵀ / √d_head + bias) v` per head, dropout on the probabilities; `bias`
     /// broadcasts to `[batch, heads, seq, seq]`.
-    fn biased(
-        &self,
-        query: Tensor<3>,
-        key: Tensor<3>,
-        value: Tensor<3>,
-        bias: Tensor<4>,
-    ) -> Tensor<3> {
+    fn biased(&self, [query, key, value]: [Tensor<3>; 3], bias: Tensor<4>) -> Tensor<3> {
         let heads = self.num_attention_heads;
         let [batch, seq, d] = query.dims();
         let split = |x: Tensor<3>| x.reshape([batch, seq, heads, d / heads]).swap_dims(1, 2);
@@ -202,20 +205,19 @@ impl ModernBertForMaskedLm {
     ///   `padding_mask` `true` at padding (keys never attended to)
     /// - output: `[batch, seq, d_model]`
     pub fn encode(&self, input_ids: Tensor<2, Int>, padding_mask: Tensor<2, Bool>) -> Tensor<3> {
-        let [batch, seq] = input_ids.dims();
+        let [_, seq] = input_ids.dims();
         let device = input_ids.device();
         let key_bias = padding_mask.float().mul_scalar(PADDING_BIAS);
         let head_dim = self.head.d_model() / self.layers[0].attn.num_attention_heads;
         let global = AttentionInputs {
             rotary: Rotary::new(seq, head_dim, self.global_rope_theta, &device),
             key_bias: key_bias.clone(),
-            window_bias: None,
+            half_window: None,
         };
-        let window = super::rotary::window_bias(seq, self.local_attention / 2, &device);
         let local = AttentionInputs {
             rotary: Rotary::new(seq, head_dim, self.local_rope_theta, &device),
-            window_bias: Some(key_bias.clone().reshape([batch, 1, 1, seq]) + window),
             key_bias,
+            half_window: Some(self.local_attention / 2),
         };
         let embedded = self.embeddings.tok_embeddings.forward(input_ids);
         let embedded = norm(&self.embeddings.norm, self.norm_eps, embedded);

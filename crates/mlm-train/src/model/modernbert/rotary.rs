@@ -1,8 +1,7 @@
 //! Rotary position embeddings (Su et al. 2021, RoFormer §3.4) as transformers' ModernBERT
-//! computes them, and the sliding window of its local layers.
+//! computes them.
 
 use burn::tensor::{Device, Tensor, TensorData};
-use mlm_core::attention::PADDING_BIAS;
 
 /// The rotation of positions `0..seq` at one base: `x·cos + rotate_half(x)·sin` per head,
 /// where feature `i` and `i + d_head/2` turn together at frequency `θ^(-2i/d_head)`
@@ -52,23 +51,6 @@ impl Rotary {
     }
 }
 
-/// `[1, 1, seq, seq]`: 0 where key and query are at most `half_window` positions apart,
-/// [`PADDING_BIAS`] elsewhere (transformers' bidirectional sliding window, `|q − k| ≤
-/// local_attention / 2`).
-pub fn window_bias(seq: usize, half_window: usize, device: &Device) -> Tensor<4> {
-    let values: Vec<f32> = (0..seq * seq)
-        .map(|i| {
-            let (query, key) = (i / seq, i % seq);
-            if query.abs_diff(key) <= half_window {
-                0.0
-            } else {
-                PADDING_BIAS as f32
-            }
-        })
-        .collect();
-    Tensor::from_data(TensorData::new(values, [1, 1, seq, seq]), device)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,22 +79,5 @@ mod tests {
         let (c, s) = (1f32.cos(), 1f32.sin());
         assert!((y[4] - (1.0 * c - 3.0 * s)).abs() < 1e-6);
         assert!((y[6] - (3.0 * c + 1.0 * s)).abs() < 1e-6);
-    }
-
-    #[test]
-    fn the_window_admits_keys_at_most_half_its_width_away() {
-        let bias: Vec<f32> = window_bias(4, 1, &Device::flex())
-            .into_data()
-            .try_into_vec::<f32>()
-            .unwrap();
-        let open: Vec<bool> = bias.iter().map(|b| *b == 0.0).collect();
-        #[rustfmt::skip]
-        let expected = [
-            true, true, false, false,
-            true, true, true, false,
-            false, true, true, true,
-            false, false, true, true,
-        ];
-        assert_eq!(open, expected);
     }
 }
