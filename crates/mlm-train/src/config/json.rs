@@ -266,7 +266,11 @@ mod tests {
         let read = saved_config(value.clone(), Path::new("config.json")).unwrap();
         assert_eq!(serde_json::to_value(&read).unwrap(), value);
         for (key, bad, expected) in [
-            ("mlm_probability_schedule", "exponential", "`linear`, `cosine`"),
+            (
+                "mlm_probability_schedule",
+                "exponential",
+                "`linear`, `cosine`",
+            ),
             ("lr_schedule", "cosine", "`linear` or `warmup_stable_decay`"),
             ("lr_decay_shape", "1-sqrt", "`one_minus_sqrt`"),
         ] {

@@ -21,7 +21,7 @@ pub enum ScheduleShape {
     Cosine,
     /// `1 − √t` of the way still to go at `t`: fast first, then slow; the cool-down that
     /// Hägele et al. (2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed
-    /// Training Durations", §3) found best, and ModernBERT's.
+    /// Training Durations") found better than a linear one, and ModernBERT's.
     OneMinusSqrt,
 }
 
