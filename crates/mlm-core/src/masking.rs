@@ -513,6 +513,25 @@ impl Masker {
         self.batches_masked = batches_masked;
     }
 
+    /// Selects `mlm_probability` of the candidates from the next batch on, the replacement
+    /// shares and the generators unchanged: a masking rate scheduled over a run (Yang et al.
+    /// 2023, "Learning Better Masking for Better Language Model Pre-training", 30 % → 15 %).
+    /// Setting the rate it has changes nothing, so a run without a schedule draws the same
+    /// masks as one that never calls it.
+    ///
+    /// # Errors
+    /// [`MlmError::InvalidProbability`] for a rate outside `[0, 1]` (NaN included); the
+    /// masker is then unchanged.
+    pub fn set_mlm_probability(&mut self, mlm_probability: f64) -> Result<(), MlmError> {
+        MaskRates {
+            mlm_probability,
+            ..self.config.rates()
+        }
+        .validate()?;
+        self.config.mlm_probability = mlm_probability;
+        Ok(())
+    }
+
     /// Registers WordPiece continuation tokens (`##…`) so that whole-word masking can
     /// find word boundaries from the ids alone. `tokens[id]` is the token string of `id`.
     ///

@@ -103,6 +103,45 @@ fn split_is_15_percent_then_80_10_10() {
     );
 }
 
+/// A scheduled rate (`Masker::set_mlm_probability`): the same rate set again draws the same
+/// masks as never setting it; a new rate selects at that rate from the next batch on
+/// (within 4σ over 256 000 candidates); a rate outside [0, 1] is refused and changes
+/// nothing.
+#[test]
+fn a_rate_set_between_batches_selects_at_that_rate() {
+    let input: Vec<Vec<u32>> = (0..64).map(|s| sequence(126, 2, s)).collect();
+    let mut fixed = config().with_seed(5).init().unwrap();
+    let mut reset = fixed.clone();
+    for _ in 0..3 {
+        reset.set_mlm_probability(0.15).unwrap();
+        assert_eq!(fixed.mask(&input).unwrap(), reset.mask(&input).unwrap());
+    }
+    for rate in [0.3, 0.05, 0.15] {
+        reset.set_mlm_probability(rate).unwrap();
+        let (mut selected, mut candidates) = (0, 0);
+        while candidates < 256_000 {
+            selected += reset.mask(&input).unwrap().masked_positions.len();
+            candidates += 64 * 126;
+        }
+        let fraction = selected as f64 / candidates as f64;
+        let sigma = (rate * (1.0 - rate) / candidates as f64).sqrt();
+        assert!(
+            (fraction - rate).abs() < 4.0 * sigma,
+            "rate {rate}: selected {fraction}"
+        );
+    }
+    for bad in [1.2, -0.1, f64::NAN] {
+        assert!(matches!(
+            reset.set_mlm_probability(bad),
+            Err(MlmError::InvalidProbability {
+                name: "mlm_probability",
+                ..
+            })
+        ));
+        assert_eq!(reset.config().mlm_probability, 0.15, "unchanged");
+    }
+}
+
 #[test]
 fn every_selected_token_is_graded_and_nothing_else_changes() {
     let mut masker = config().with_seed(0).init().unwrap();

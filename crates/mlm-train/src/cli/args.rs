@@ -9,7 +9,7 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::backend::BackendKind;
 use crate::bench::BackendBenchConfig;
-use crate::config::{TrainConfig, WeightDecayOn, config_with_overrides};
+use crate::config::{LrSchedule, ScheduleShape, TrainConfig, WeightDecayOn, config_with_overrides};
 use crate::data::{
     DEFAULT_CORPUS, DEFAULT_PACKAGES, Manifest, Masking, PACKAGES, PrepareOptions, SubwordTokenizer,
 };
@@ -309,6 +309,26 @@ pub(crate) struct TrainArgs {
     /// Warm-up steps.
     #[arg(long, conflicts_with = "resume")]
     pub(crate) warmup_steps: Option<usize>,
+    /// The learning rate after the warm-up: linear decay to 0 at the run's end (BERT), or
+    /// warmup_stable_decay: the peak held, then a decay to 0 over the last
+    /// --lr-decay-fraction of the run (ModernBERT; MiniCPM, Hu et al. 2024; Hägele et al.
+    /// 2024). By the clock, shares of --time-budget.
+    #[arg(long, value_enum, conflicts_with = "resume")]
+    pub(crate) lr_schedule: Option<LrSchedule>,
+    /// With --lr-schedule warmup_stable_decay: the share of the run spent decaying, in [0,
+    /// 1] (of --max-steps, rounded to a step; of --time-budget by the clock); it may not
+    /// overlap the warm-up.
+    #[arg(
+        long,
+        value_name = "SHARE",
+        conflicts_with = "resume",
+        allow_negative_numbers = true
+    )]
+    pub(crate) lr_decay_fraction: Option<f64>,
+    /// With --lr-schedule warmup_stable_decay: the decay's shape, linear, cosine or
+    /// one_minus_sqrt (1 - sqrt(t) of the way left at t, ModernBERT's; Hägele et al. 2024).
+    #[arg(long, value_enum, conflicts_with = "resume")]
+    pub(crate) lr_decay_shape: Option<ScheduleShape>,
     /// Longest sequence in tokens.
     #[arg(long, conflicts_with = "resume")]
     pub(crate) max_seq_len: Option<usize>,
@@ -333,9 +353,25 @@ pub(crate) struct TrainArgs {
     /// Feed-forward width.
     #[arg(long, conflicts_with = "resume")]
     pub(crate) intermediate_size: Option<usize>,
-    /// Share of tokens selected for prediction in training batches.
+    /// Share of tokens selected for prediction in training batches (with
+    /// --mlm-probability-final, at the first step).
     #[arg(long, conflicts_with = "resume", allow_negative_numbers = true)]
     pub(crate) mlm_probability: Option<f64>,
+    /// The training batches' share of selected tokens at the run's end, in [0, 1]: the rate
+    /// goes from --mlm-probability to this over the run (by the clock, over --time-budget).
+    /// Yang et al. 2023 went from 0.3 to 0.15. Held-out batches stay at 0.15 [default:
+    /// none, --mlm-probability throughout]
+    #[arg(
+        long,
+        value_name = "RATE",
+        conflicts_with = "resume",
+        allow_negative_numbers = true
+    )]
+    pub(crate) mlm_probability_final: Option<f64>,
+    /// How the training masking rate goes to --mlm-probability-final: linear, cosine or
+    /// one_minus_sqrt.
+    #[arg(long, value_enum, conflicts_with = "resume")]
+    pub(crate) mlm_probability_schedule: Option<ScheduleShape>,
     /// Share of the selected training tokens replaced by [MASK], in [0, 1] (BERT: 0.8;
     /// BabyBERTa: 1.0). Held-out batches stay 80/10/10: compare runs on their [MASK] loss.
     #[arg(long, conflicts_with = "resume", allow_negative_numbers = true)]
@@ -384,11 +420,14 @@ config_flags!(TrainArgs => TrainConfig {
     max_steps => max_steps, batch_size => batch_size,
     parallel_shards => parallel_shards,
     grad_accumulation => grad_accumulation, learning_rate => learning_rate,
-    warmup_steps => warmup_steps, max_seq_len => max_seq_len, vocab_size => vocab_size,
+    warmup_steps => warmup_steps, lr_schedule => lr_schedule,
+    lr_decay_fraction => lr_decay_fraction, lr_decay_shape => lr_decay_shape,
+    max_seq_len => max_seq_len, vocab_size => vocab_size,
     text_field => text_field, held_out_every => held_out_every,
     eval_every => eval_every, log_every => log_every, checkpoint_every => checkpoint_every,
     seed => seed,
     mlm_probability => mask_rates.mlm_probability, masking => masking,
+    mlm_probability_schedule => mlm_probability_schedule,
     mask_replace_prob => mask_rates.mask_replace_prob,
     random_replace_prob => mask_rates.random_replace_prob,
     weight_decay => weight_decay, weight_decay_on => weight_decay_on,
@@ -517,6 +556,9 @@ impl TrainArgs {
         }
         if self.time_budget.is_some() {
             c.time_budget_seconds = self.time_budget;
+        }
+        if self.mlm_probability_final.is_some() {
+            c.mlm_probability_final = self.mlm_probability_final;
         }
         if let Some(tokenizer) = &self.tokenizer {
             c.tokenizer = Some(tokenizer.clone());

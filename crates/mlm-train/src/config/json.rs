@@ -197,10 +197,21 @@ mod tests {
         assert_eq!(config.time_budget_seconds, None);
     }
 
+    /// The settings that a run made before the schedules existed reads as (the schedules
+    /// it had): the linear learning rate, a fixed masking rate.
+    const UNSCHEDULED: [(&str, &str); 5] = [
+        ("lr_schedule", r#""linear""#),
+        ("lr_decay_fraction", "0.1"),
+        ("lr_decay_shape", r#""one_minus_sqrt""#),
+        ("mlm_probability_final", "null"),
+        ("mlm_probability_schedule", r#""linear""#),
+    ];
+
     /// The rates sit at the top level of `config.json`, flattened, as before they were one
     /// struct: a 0.2 run's and a 0.3 run's files, as the code before wrote them
     /// (`tests/fixtures/earlier_runs`), read back to their rates and write back the same
-    /// JSON; a file from before the replacement shares existed reads as 80/10/10.
+    /// JSON with the schedules they had ([`UNSCHEDULED`]); a file from before the
+    /// replacement shares existed reads as 80/10/10.
     #[test]
     fn config_files_of_earlier_runs_read_their_masking_rates() {
         let earlier = [
@@ -221,11 +232,12 @@ mod tests {
             let value: serde_json::Value = serde_json::from_str(file).unwrap();
             let read = saved_config(value.clone(), Path::new("config.json")).unwrap();
             assert_eq!(read.mask_rates, rates);
-            assert_eq!(
-                serde_json::to_value(&read).unwrap(),
-                value,
-                "written back alike"
-            );
+            let mut written = serde_json::to_value(&read).unwrap();
+            for (key, default) in UNSCHEDULED {
+                let was = written.as_object_mut().unwrap().remove(key);
+                assert_eq!(was.unwrap().to_string(), default, "{key}");
+            }
+            assert_eq!(written, value, "written back alike");
         }
         let mut old = serde_json::to_value(TrainConfig::new("corpus".into())).unwrap();
         let fields = old.as_object_mut().unwrap();
@@ -234,6 +246,47 @@ mod tests {
         fields.remove("random_replace_prob");
         let read = saved_config(old, Path::new("config.json")).unwrap();
         assert_eq!(read.mask_rates, MaskRates::bert(0.2));
+    }
+
+    /// The schedules' settings round-trip through `config.json`, and a schedule that does
+    /// not exist is refused naming the field and the schedules that do.
+    #[test]
+    fn schedules_round_trip_and_an_unknown_one_is_named() {
+        use crate::config::{LrSchedule, ScheduleShape};
+        let scheduled = TrainConfig::new("corpus".into())
+            .with_lr_schedule(LrSchedule::WarmupStableDecay)
+            .with_lr_decay_fraction(0.2)
+            .with_lr_decay_shape(ScheduleShape::Cosine)
+            .with_mlm_probability(0.3)
+            .with_mlm_probability_final(Some(0.15))
+            .with_mlm_probability_schedule(ScheduleShape::Cosine);
+        let value = serde_json::to_value(&scheduled).unwrap();
+        assert_eq!(value["lr_schedule"], "warmup_stable_decay");
+        assert_eq!(value["mlm_probability_final"], 0.15);
+        let read = saved_config(value.clone(), Path::new("config.json")).unwrap();
+        assert_eq!(serde_json::to_value(&read).unwrap(), value);
+        for (key, bad, expected) in [
+            (
+                "mlm_probability_schedule",
+                "exponential",
+                "`linear`, `cosine`",
+            ),
+            ("lr_schedule", "cosine", "`linear` or `warmup_stable_decay`"),
+            ("lr_decay_shape", "1-sqrt", "`one_minus_sqrt`"),
+        ] {
+            let mut value = value.clone();
+            value[key] = bad.into();
+            let error = saved_config(value, Path::new("config.json"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains("config.json")
+                    && error.contains(key)
+                    && error.contains(&format!("unknown variant `{bad}`"))
+                    && error.contains(expected),
+                "{error}"
+            );
+        }
     }
 
     /// Under `init_from` the checkpoint fixes the model, the tokenizer and the vocabulary:

@@ -3,7 +3,7 @@
 
 use mlm_core::{MaskRates, MlmError};
 
-use super::TrainConfig;
+use super::{LrSchedule, TrainConfig};
 use crate::data;
 use crate::error::ConfigError;
 
@@ -45,7 +45,7 @@ impl TrainConfig {
     }
 
     /// [`Self::validate`]'s table after the counts: every other setting, in order.
-    fn rules(&self) -> [Result<(), ConfigError>; 9] {
+    fn rules(&self) -> [Result<(), ConfigError>; 12] {
         let (budget, specials) = (self.time_budget_seconds, data::SPECIAL_TOKENS.len());
         let max_positions = self.model.max_sequence_len();
         let weight_decay = self.weight_decay;
@@ -59,6 +59,7 @@ impl TrainConfig {
             ),
             positive_rule("max_grad_norm", self.max_grad_norm),
             mask_rates_rule(&self.mask_rates),
+            final_rate_rule(&self.mask_rates, self.mlm_probability_final),
             ConfigError::check(
                 "vocab_size",
                 self.vocab_size,
@@ -90,7 +91,31 @@ impl TrainConfig {
                     self.warmup_why()
                 ),
             ),
+            ConfigError::check(
+                "lr_decay_fraction",
+                self.lr_decay_fraction,
+                (0.0..=1.0).contains(&self.lr_decay_fraction),
+                "must be in [0, 1]",
+            ),
+            self.decay_rule(),
         ]
+    }
+
+    /// Under warmup-stable-decay, the warm-up and the decay must not overlap: the peak is
+    /// reached before the decay begins.
+    fn decay_rule(&self) -> Result<(), ConfigError> {
+        let decay = self.lr_decay_steps();
+        ConfigError::check(
+            "lr_decay_fraction",
+            self.lr_decay_fraction,
+            self.lr_schedule != LrSchedule::WarmupStableDecay
+                || self.warmup_steps + decay <= self.max_steps,
+            format!(
+                "decays over {decay} of max_steps = {} steps, which overlap the {} warm-up \
+                 steps (pass a smaller --lr-decay-fraction or --warmup-steps)",
+                self.max_steps, self.warmup_steps
+            ),
+        )
     }
 
     /// Why `warmup_steps` may not exceed `max_steps`, for each kind of run.
@@ -130,6 +155,29 @@ fn mask_rates_rule(rates: &MaskRates) -> Result<(), ConfigError> {
             rates.mlm_probability,
             other.to_string(),
         )),
+    }
+}
+
+/// The final masking rate, by the rule of the rate it ends ([`MaskRates::validate`]), as
+/// the row of `mlm_probability_final`; the other rates are `mask_rates_rule`'s.
+fn final_rate_rule(rates: &MaskRates, final_rate: Option<f64>) -> Result<(), ConfigError> {
+    let Some(mlm_probability) = final_rate else {
+        return Ok(());
+    };
+    let ending = MaskRates {
+        mlm_probability,
+        ..*rates
+    };
+    match ending.validate() {
+        Err(MlmError::InvalidProbability {
+            name: "mlm_probability",
+            value,
+        }) => Err(ConfigError::value(
+            "mlm_probability_final",
+            value,
+            "must be in [0, 1]",
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -188,6 +236,70 @@ mod tests {
             "{error}"
         );
         assert!(rates(0.5, f64::NAN).is_err() && rates(f64::NAN, 0.0).is_err());
+    }
+
+    /// The error's message for `config`, which must be refused as a value.
+    fn refused(config: TrainConfig) -> String {
+        match config.validate() {
+            Err(e @ ConfigError::Value { .. }) => e.to_string(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_final_masking_rate_outside_0_1_is_refused_by_name() {
+        let config = || TrainConfig::new("corpus".into());
+        for rate in [0.0, 0.15, 0.3, 1.0] {
+            config()
+                .with_mlm_probability_final(Some(rate))
+                .validate()
+                .unwrap();
+        }
+        for rate in [-0.01, 1.5, f64::NAN, f64::INFINITY] {
+            let message = refused(config().with_mlm_probability_final(Some(rate)));
+            assert!(
+                message.contains(&format!("mlm_probability_final = {rate}"))
+                    && message.contains("must be in [0, 1]"),
+                "{message}"
+            );
+        }
+        // A bad starting rate is named as itself.
+        let message = refused(
+            config()
+                .with_mlm_probability(1.5)
+                .with_mlm_probability_final(Some(0.15)),
+        );
+        assert!(message.contains("mlm_probability = 1.5"), "{message}");
+    }
+
+    #[test]
+    fn a_decay_outside_0_1_or_over_the_warm_up_is_refused_by_name() {
+        let wsd = || {
+            TrainConfig::new("corpus".into())
+                .with_lr_schedule(LrSchedule::WarmupStableDecay)
+                .with_max_steps(100)
+                .with_warmup_steps(10)
+        };
+        for fraction in [0.0, 0.1, 0.9] {
+            wsd().with_lr_decay_fraction(fraction).validate().unwrap();
+        }
+        for fraction in [-0.1, 1.1, f64::NAN] {
+            let message = refused(wsd().with_lr_decay_fraction(fraction));
+            assert!(
+                message.contains(&format!("lr_decay_fraction = {fraction}"))
+                    && message.contains("must be in [0, 1]"),
+                "{message}"
+            );
+        }
+        let message = refused(wsd().with_lr_decay_fraction(0.95));
+        assert!(
+            message.contains("decays over 95 of max_steps = 100 steps")
+                && message.contains("overlap the 10 warm-up steps"),
+            "{message}"
+        );
+        // The linear schedule does not read the share: only its range is checked.
+        let linear = wsd().with_lr_schedule(LrSchedule::Linear);
+        linear.with_lr_decay_fraction(0.95).validate().unwrap();
     }
 
     #[test]

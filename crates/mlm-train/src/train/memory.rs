@@ -37,9 +37,10 @@ pub fn step_bytes(config: &TrainConfig) -> (f64, f64) {
     let vocab = m.vocab_size().max(config.vocab_size) as f64;
     let attention = layers * 3.0 * sequences * m.num_attention_heads() as f64 * seq * seq;
     let activations = layers * tokens * (10.0 * d + 2.0 * ff) + 3.0 * tokens * d;
-    // The graded rows' transform, and their logits with the gradient: whole, or one chunk
-    // (written over by its gradient) where mlm-core's `LogitsMode::Auto` chunks them.
-    let graded = config.mask_rates.mlm_probability * tokens;
+    // The graded rows' transform (at the run's highest masking rate), and their logits with
+    // the gradient: whole, or one chunk (written over by its gradient) where mlm-core's
+    // `LogitsMode::Auto` chunks them.
+    let graded = config.peak_mlm_probability() * tokens;
     let logits = match MaskedCrossEntropy::default().chunk_rows(graded as usize, vocab as usize) {
         Some(rows) => rows as f64 * vocab,
         None => 2.0 * graded * vocab,

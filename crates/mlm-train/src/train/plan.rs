@@ -81,6 +81,7 @@ mod tests {
         StepOutput {
             step,
             learning_rate: 1e-3,
+            n_masked: 10,
             budget_spent: false,
             tokens_per_second: 1.0,
             elapsed_seconds: 1.0,

@@ -10,7 +10,10 @@
 //! The schedule runs against the step, or, for a run by the clock
 //! ([`TrainConfig::time_budget_seconds`]), against rank 0's clock, read once the step's
 //! gradients are computed and carried to every rank in the step's sum as the share of the
-//! budget spent: every rank uses the same learning rate and ends after the same step.
+//! budget spent: every rank uses the same learning rate and ends after the same step. The
+//! masking rate of a step's batches ([`TrainConfig::mlm_probability_at`]) follows the share
+//! of the run done when the step begins: `(step − 1) / max_steps`, or the share of the
+//! budget that the step before carried, so every rank masks alike.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -21,7 +24,7 @@ use burn::tensor::Device;
 use burn::tensor::Tensor;
 use mlm_core::{MaskedBatch, MaskedCrossEntropy, Masker};
 
-use super::lr::{learning_rate, learning_rate_at};
+use super::lr::{learning_rate, learning_rate_by_clock};
 use super::optimizer::adamw;
 use super::step::{ShardGradients, clip_global_norm, shard_gradients, sum_shards};
 use super::stop::{self, StopSignal};
@@ -43,6 +46,8 @@ pub struct StepOutput {
     pub step: usize,
     /// The learning rate this step used.
     pub learning_rate: f64,
+    /// The tokens this step graded, over every rank and micro-batch.
+    pub n_masked: usize,
     /// Whether the run's time budget was spent when this step's gradients were computed
     /// (by rank 0's clock): the run ends after this step. Always `false` for a run by step
     /// count.
@@ -86,11 +91,9 @@ pub struct StepMetrics {
     pub grad_norm: f64,
 }
 
-/// A step whose metrics are still on the device ([`StepTotals::device`]) over its `n_masked`
-/// masked tokens.
+/// A step whose metrics are still on the device ([`StepTotals::device`]).
 struct PendingStep {
     out: StepOutput,
-    n_masked: usize,
     values: Tensor<1>,
 }
 
@@ -114,6 +117,9 @@ pub struct Trainer {
     pad_id: u32,
     rank: Rank,
     sync: Option<Box<dyn GradientSync>>,
+    /// The share of the time budget spent as the last step of this session carried it to
+    /// every rank (`None` before this session's first step, and for a run by step count).
+    budget_progress: Option<f64>,
     /// Steps taken since the last [`take_metrics`](Self::take_metrics).
     pending: Vec<PendingStep>,
     device: Device,
@@ -168,6 +174,7 @@ impl Trainer {
             pad_id: tokenizer.pad_id,
             rank: Rank::SINGLE,
             sync: None,
+            budget_progress: None,
             pending: Vec::new(),
             config: config.clone(),
             device: device.clone(),
@@ -276,10 +283,11 @@ impl Trainer {
         let stop_requested = shared
             .stop_request()
             .or_else(|| stop::requested().filter(|_| self.sync.is_none()));
-        let out = self.advance(step, n_tokens, lr, budget_spent, stop_requested);
+        let counts = (n_tokens, n_masked);
+        let out = self.advance(step, counts, lr, budget_spent, stop_requested);
+        self.budget_progress = Some(shared.budget_progress);
         self.pending.push(PendingStep {
             out,
-            n_masked,
             values: StepTotals::device(totals, grad_norm),
         });
         Ok(out)
@@ -313,11 +321,12 @@ impl Trainer {
         })
     }
 
-    /// The run's state after `step`, which saw `n_tokens` tokens at learning rate `lr`.
+    /// The run's state after `step`, which saw `n_tokens` tokens and graded `n_masked` of
+    /// them at learning rate `lr`.
     fn advance(
         &mut self,
         step: usize,
-        n_tokens: usize,
+        (n_tokens, n_masked): (usize, usize),
         lr: f64,
         budget_spent: bool,
         stop_requested: Option<StopSignal>,
@@ -329,6 +338,7 @@ impl Trainer {
         StepOutput {
             step,
             learning_rate: lr,
+            n_masked,
             budget_spent,
             tokens_per_second: (self.state.tokens_seen - self.segment.tokens_before) as f64
                 / session,
@@ -364,7 +374,7 @@ impl Trainer {
         let mut metrics = Vec::with_capacity(self.pending.len());
         for (pending, values) in self.pending.iter().zip(values.chunks(StepTotals::LEN)) {
             let totals = StepTotals::from_values(values);
-            let n_masked = pending.n_masked.max(1) as f64;
+            let n_masked = pending.out.n_masked.max(1) as f64;
             let (loss, grad_norm) = (totals.loss_sum / n_masked, totals.grad_norm);
             for (quantity, value) in [("loss", loss), ("gradient norm", grad_norm)] {
                 if !value.is_finite() {
@@ -386,16 +396,29 @@ impl Trainer {
     }
 
     /// The learning rate of `step`, and whether the time budget is spent, at `progress`
-    /// (elapsed time ÷ time budget): by step count, or by the clock ([`learning_rate_at`]).
+    /// (elapsed time ÷ time budget): by step count ([`learning_rate`]), or by the clock
+    /// ([`learning_rate_by_clock`]).
     fn schedule(&self, step: usize, progress: f64) -> (f64, bool) {
         let config = &self.config;
         match config.time_budget_seconds {
-            Some(_) => {
-                let lr = learning_rate_at(config.learning_rate, config.warmup_fraction(), progress);
-                (lr, progress >= 1.0)
-            }
+            Some(_) => (learning_rate_by_clock(config, progress), progress >= 1.0),
             None => (learning_rate(config, step), false),
         }
+    }
+
+    /// The share of tokens `step`'s training batches select ([`TrainConfig::mlm_probability_at`])
+    /// at the share of the run done when it begins: `(step − 1) / max_steps` by step count;
+    /// by the clock, the share of the budget the last step carried to every rank (at a
+    /// session's first step, the checkpoint's training time over the budget).
+    fn mask_rate(&self, step: usize) -> f64 {
+        let config = &self.config;
+        let progress = match config.time_budget_seconds {
+            Some(budget) => self
+                .budget_progress
+                .unwrap_or(self.state.elapsed_seconds / budget),
+            None => (step - 1) as f64 / config.max_steps as f64,
+        };
+        config.mlm_probability_at(progress)
     }
 
     /// Masks every micro-batch whole and splits it into `world_size × parallel_shards`
@@ -406,6 +429,8 @@ impl Trainer {
         micro_batches: Vec<(u64, Vec<&[u32]>)>,
     ) -> Result<(Vec<MaskedBatch>, usize, usize), TrainError> {
         let per_rank = self.config.parallel_shards;
+        let rate = self.mask_rate(self.state.step + 1);
+        self.masker.set_mlm_probability(rate)?;
         let (mut mine, mut n_masked, mut n_tokens) = (Vec::new(), 0, 0);
         for (k, sequences) in micro_batches {
             self.masker.resume_at(k);
