@@ -94,7 +94,8 @@ impl ModernBertAttention {
             None => self.biased([query, key, value], key_bias.reshape([batch, 1, 1, seq])),
             // Blocks pay where the window is a small part of the sequence.
             Some(half) if seq >= 4 * half => {
-                let split = |x: Tensor<3>| x.reshape([batch, seq, heads, d / heads]).swap_dims(1, 2);
+                let split =
+                    |x: Tensor<3>| x.reshape([batch, seq, heads, d / heads]).swap_dims(1, 2);
                 let context = banded([query, key, value].map(split), key_bias, half, &self.drop);
                 context.swap_dims(1, 2).reshape([batch, seq, d])
             }

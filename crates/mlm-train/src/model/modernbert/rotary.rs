@@ -62,7 +62,7 @@ mod tests {
         let device = Device::flex();
         let rotary = Rotary::new(3, 4, 10_000.0, &device);
         let x = Tensor::<3>::from_data(
-            TensorData::new(vec![1.0f32, 2.0, 3.0, 4.0].repeat(3), [1, 3, 4]),
+            TensorData::new([1.0f32, 2.0, 3.0, 4.0].repeat(3), [1, 3, 4]),
             &device,
         );
         let y: Vec<f32> = rotary

@@ -50,7 +50,10 @@ pub fn banded(
     };
     let windows = |x: Tensor<4>| -> Tensor<5> { pad(x).unfold(2, 3 * half, half) };
     let query = Tensor::cat(
-        vec![query, Tensor::zeros([batch, heads, blocks * half - seq, d_head], &device)],
+        vec![
+            query,
+            Tensor::zeros([batch, heads, blocks * half - seq, d_head], &device),
+        ],
         2,
     )
     .reshape([batch, heads, blocks, half, d_head]);
@@ -82,7 +85,11 @@ fn block_bias(key_bias: Tensor<2>, half: usize, blocks: usize, padded: usize) ->
     let band: Vec<f32> = (0..half * 3 * half)
         .map(|i| {
             let (r, j) = (i / (3 * half), i % (3 * half));
-            if (r + half).abs_diff(j) <= half { 0.0 } else { outside }
+            if (r + half).abs_diff(j) <= half {
+                0.0
+            } else {
+                outside
+            }
         })
         .collect();
     let band = Tensor::<5>::from_data(TensorData::new(band, [1, 1, 1, half, 3 * half]), &device);
@@ -117,13 +124,23 @@ mod tests {
         let device = Device::flex().autodiff();
         let [batch, heads, seq, d_head, half] = [2, 2, 11, 4, 3];
         let draw = || {
-            Tensor::<4>::random([batch, heads, seq, d_head], Distribution::Normal(0.0, 1.0), &device)
-                .require_grad()
+            Tensor::<4>::random(
+                [batch, heads, seq, d_head],
+                Distribution::Normal(0.0, 1.0),
+                &device,
+            )
+            .require_grad()
         };
         let (query, key, value) = (draw(), draw(), draw());
         // The second sequence's last 2 keys are padding (every window keeps a real key).
         let padding: Vec<f32> = (0..batch * seq)
-            .map(|i| if i >= seq && i % seq >= seq - 2 { PADDING_BIAS as f32 } else { 0.0 })
+            .map(|i| {
+                if i >= seq && i % seq >= seq - 2 {
+                    PADDING_BIAS as f32
+                } else {
+                    0.0
+                }
+            })
             .collect();
         let key_bias = Tensor::<2>::from_data(TensorData::new(padding, [batch, seq]), &device);
         let no_dropout = burn::nn::DropoutConfig::new(0.0).init();
@@ -138,15 +155,28 @@ mod tests {
         let full = softmax(scores + bias, 3).matmul(value.clone());
         let values = |t: Tensor<4>| t.into_data().try_into_vec::<f32>().unwrap();
         let max_diff = |a: Vec<f32>, b: Vec<f32>| {
-            a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max)
+            a.iter()
+                .zip(&b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0f32, f32::max)
         };
         assert!(max_diff(values(blocked.clone()), values(full.clone())) < 1e-5);
         let weights = Tensor::<4>::random(full.dims(), Distribution::Normal(0.0, 1.0), &device);
         let grads_blocked = (blocked * weights.clone()).sum().backward();
         let grads_full = (full * weights).sum().backward();
         for x in [&query, &key, &value] {
-            let a = x.grad(&grads_blocked).unwrap().into_data().try_into_vec::<f32>().unwrap();
-            let b = x.grad(&grads_full).unwrap().into_data().try_into_vec::<f32>().unwrap();
+            let a = x
+                .grad(&grads_blocked)
+                .unwrap()
+                .into_data()
+                .try_into_vec::<f32>()
+                .unwrap();
+            let b = x
+                .grad(&grads_full)
+                .unwrap()
+                .into_data()
+                .try_into_vec::<f32>()
+                .unwrap();
             assert!(max_diff(a, b) < 1e-5);
         }
     }
