@@ -20,7 +20,7 @@ for seed in 1 2 3; do
         run="$out/$architecture-seed$seed"
         rm -rf "$run"
         target/debug/mlm-train train --architecture "$architecture" --seed "$seed" \
-            --time-budget "$seconds" --run "$run" --minimal-pairs "$zorro" > "$run.log" 2>&1
+            --time-budget "${seconds}s" --run "$run" --minimal-pairs "$zorro" > "$run.log" 2>&1
     done
 done
 python3 - "$out" <<'PY'

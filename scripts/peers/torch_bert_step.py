@@ -53,7 +53,8 @@ def main():
                                   intermediate_size=a.intermediate,
                                   max_position_embeddings=max(a.seq, 512),
                                   local_attention=a.local_attention, sparse_prediction=True,
-                                  attn_implementation="sdpa")
+                                  pad_token_id=0, bos_token_id=2, eos_token_id=3,
+                                  cls_token_id=2, sep_token_id=3, attn_implementation="sdpa")
         model = ModernBertForMaskedLM(config).to(device).train()
     else:
         model = BertForMaskedLM(config).to(device).train()

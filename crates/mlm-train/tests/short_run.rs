@@ -62,10 +62,7 @@ fn short_run_learns_writes_every_file_and_resumes_exactly() {
         ]
     );
 
-    // The loss falls: the last five steps average well below the first five.
-    let mean = |r: &[(usize, f64)]| r.iter().map(|x| x.1).sum::<f64>() / r.len() as f64;
-    let (first, last) = (mean(&losses[..5]), mean(&losses[25..]));
-    assert!(last < first - 0.5, "loss {first:.3} → {last:.3}");
+    assert_loss_falls(&losses);
 
     // Resume from step 20 (as if the run had died after that checkpoint): it continues at
     // step 21 with the uninterrupted run's losses, and the metrics continue from step 20.
@@ -114,6 +111,13 @@ fn short_run_learns_writes_every_file_and_resumes_exactly() {
     ));
 }
 
+/// The loss falls over 30 steps: the last five average well below the first five.
+fn assert_loss_falls(losses: &[(usize, f64)]) {
+    let mean = |r: &[(usize, f64)]| r.iter().map(|x| x.1).sum::<f64>() / r.len() as f64;
+    let (first, last) = (mean(&losses[..5]), mean(&losses[25..]));
+    assert!(last < first - 0.5, "loss {first:.3} → {last:.3}");
+}
+
 #[test]
 fn a_modernbert_from_scratch_learns_and_resumes_bit_for_bit() {
     // The tiny run's sizes as a ModernBERT, 3 layers (one global, two over ±8 tokens of the
@@ -131,9 +135,7 @@ fn a_modernbert_from_scratch_learns_and_resumes_bit_for_bit() {
     let saved = RunDir(run.clone()).load_config().unwrap();
     assert_eq!(saved.model.family().model_type(), "modernbert");
     let losses = train_losses(&read_metrics(&run.join("metrics.csv")).unwrap());
-    let mean = |r: &[(usize, f64)]| r.iter().map(|x| x.1).sum::<f64>() / r.len() as f64;
-    let (first, last) = (mean(&losses[..5]), mean(&losses[25..]));
-    assert!(last < first - 0.5, "loss {first:.3} → {last:.3}");
+    assert_loss_falls(&losses);
 
     let interrupted = tmp.path().join("interrupted");
     copy_dir(&run, &interrupted);

@@ -40,7 +40,8 @@ macro_rules! config_flags {
 #[derive(Parser)]
 #[command(
     version,
-    about = "Pretrain a tiny BERT masked-language model on real English text."
+    about = "Pretrain a tiny BERT (or ModernBERT) masked-language model on real English text, \
+             or continue a Hugging Face BERT, RoBERTa, XLM-R or ModernBERT on yours."
 )]
 pub(crate) struct Cli {
     #[command(subcommand)]
@@ -83,7 +84,8 @@ pub(crate) enum Command {
         /// Backend.
         #[arg(long, value_enum, default_value = "flex")]
         backend: BackendKind,
-        /// Text with one or more mask tokens: [MASK] (BERT), <mask> (RoBERTa, XLM-R).
+        /// Text with one or more mask tokens: [MASK] (BERT, ModernBERT), <mask> (RoBERTa,
+        /// XLM-R).
         text: String,
     },
     /// Print held-out loss, accuracy and perplexity of a run, or (with --minimal-pairs) its
@@ -104,8 +106,8 @@ pub(crate) enum Command {
         #[arg(long, value_enum, default_value = "flex")]
         backend: BackendKind,
     },
-    /// Import a Hugging Face BertForMaskedLM, RobertaForMaskedLM or XLMRobertaForMaskedLM folder (config.json,
-    /// model.safetensors, its tokenizer) as a run directory that predict and eval read
+    /// Import a Hugging Face BertForMaskedLM, RobertaForMaskedLM, XLMRobertaForMaskedLM or
+    /// ModernBertForMaskedLM folder (config.json, model.safetensors, its tokenizer) as a run directory that predict and eval read
     /// (train from it with `train --init-from`).
     ImportHf {
         /// The Hugging Face folder.
@@ -121,8 +123,9 @@ pub(crate) enum Command {
         backend: BackendKind,
     },
     /// Export the newest checkpoint of a run as a Hugging Face folder of its family,
-    /// BertForMaskedLM, RobertaForMaskedLM or XLMRobertaForMaskedLM (config.json, model.safetensors, tokenizer.json,
-    /// BERT's vocab.txt, tokenizer_config.json).
+    /// BertForMaskedLM, RobertaForMaskedLM, XLMRobertaForMaskedLM or ModernBertForMaskedLM
+    /// (config.json, model.safetensors, tokenizer.json, BERT's vocab.txt,
+    /// tokenizer_config.json).
     ExportHf {
         /// The run directory.
         #[arg(long)]

@@ -14,6 +14,7 @@ pub mod hf;
 pub mod masked_lm;
 pub mod modernbert;
 
+use burn::nn::Linear;
 use burn::tensor::{Bool, Int, Tensor};
 use mlm_core::{MaskedCrossEntropy, MaskedLanguageModel, MlmError, MlmLossOutput};
 
@@ -30,6 +31,17 @@ pub use modernbert::{
     AttentionKind, ModernBertAttention, ModernBertConfig, ModernBertEmbeddings,
     ModernBertForMaskedLm, ModernBertLayer, ModernBertMlp,
 };
+
+/// `linear` applied to every token of `x [batch, seq, d_in]` → `[batch, seq, d_out]`, as one
+/// `[batch·seq, d_in] × [d_in, d_out]` product: burn's 3-D `linear` broadcasts the weight into
+/// one small product per sequence, and its weight gradient into a `[batch, d_in, d_out]` sum.
+/// Every architecture's projections go through it.
+pub fn per_token(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
+    let [batch, seq, d_in] = x.dims();
+    let y = linear.forward(x.reshape([batch * seq, d_in]));
+    let d_out = y.dims()[1];
+    y.reshape([batch, seq, d_out])
+}
 
 /// A masked-language model of any family, as the training step, held-out evaluation,
 /// fill-mask and minimal-pair scoring ([`MaskedLanguageModel`]) drive it: token ids in,

@@ -7,7 +7,7 @@ use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
 use crate::config::TrainConfig;
-use crate::data::{self, SubwordTokenizer, TokenizerKind};
+use crate::data::{self, SubwordTokenizer};
 use crate::error::TrainError;
 use crate::eval::{EvalMetrics, UnigramScorer, evaluate};
 use crate::model::{MaskedLm, ModelForMaskedLm};
@@ -88,7 +88,12 @@ impl TrainedRun {
         let t = &self.tokenizer;
         let ids = t.wrap(&t.encode_prompt(text)?);
         let positions = self.config.model.max_sequence_len();
-        let note = check_prompt_length(ids.len(), positions, self.config.max_seq_len, t.kind)?;
+        let note = check_prompt_length(
+            ids.len(),
+            positions,
+            self.config.max_seq_len,
+            t.special_tokens,
+        )?;
         if let Some(note) = note {
             eprintln!("warning: {note}");
         }
@@ -171,9 +176,9 @@ pub fn check_prompt_length(
     tokens: usize,
     positions: usize,
     max_seq_len: usize,
-    kind: TokenizerKind,
+    special_tokens: [&str; 5],
 ) -> Result<Option<String>, TrainError> {
-    let [_, _, start, end, mask] = kind.special_tokens();
+    let [_, _, start, end, mask] = special_tokens;
     if tokens > positions {
         return Err(TrainError::InvalidInput(format!(
             "the text is {tokens} tokens with its {start} and {end}, longer than the model's \
@@ -193,10 +198,11 @@ pub fn check_prompt_length(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::{ROBERTA_SPECIAL_TOKENS, SPECIAL_TOKENS};
 
     #[test]
     fn a_prompt_beyond_the_positions_is_refused_naming_both_lengths() {
-        let error = check_prompt_length(700, 512, 128, TokenizerKind::ByteLevelBpe)
+        let error = check_prompt_length(700, 512, 128, ROBERTA_SPECIAL_TOKENS)
             .unwrap_err()
             .to_string();
         assert_eq!(
@@ -204,7 +210,7 @@ mod tests {
             "the text is 700 tokens with its <s> and </s>, longer than the model's 512 \
              positions: shorten it to the sentences around its <mask>"
         );
-        let note = check_prompt_length(200, 512, 128, TokenizerKind::WordPiece)
+        let note = check_prompt_length(200, 512, 128, SPECIAL_TOKENS)
             .unwrap()
             .unwrap();
         assert!(
@@ -215,7 +221,7 @@ mod tests {
             "{note}"
         );
         assert_eq!(
-            check_prompt_length(128, 128, 128, TokenizerKind::WordPiece).unwrap(),
+            check_prompt_length(128, 128, 128, SPECIAL_TOKENS).unwrap(),
             None
         );
     }

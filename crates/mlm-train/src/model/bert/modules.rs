@@ -18,7 +18,7 @@ use mlm_core::{
 #[cfg(doc)]
 use super::config::BertConfig;
 use crate::data::DeviceBatch;
-use crate::model::MaskedLm;
+use crate::model::{MaskedLm, per_token};
 
 /// Token + position + segment embeddings, then LayerNorm and dropout.
 #[derive(Module, Debug)]
@@ -63,16 +63,6 @@ fn norm(layer_norm: &LayerNorm, epsilon: f64, x: Tensor<3>) -> Tensor<3> {
         .as_ref()
         .expect("BERT's LayerNorms have a bias");
     mlm_core::layer_norm(x, layer_norm.gamma.val(), beta.val(), epsilon)
-}
-
-/// `linear` applied to every token of `x [batch, seq, d_in]` → `[batch, seq, d_out]`, as one
-/// `[batch·seq, d_in] × [d_in, d_out]` product: burn's 3-D `linear` broadcasts the weight into
-/// one small product per sequence, and its weight gradient into a `[batch, d_in, d_out]` sum.
-fn per_token(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
-    let [batch, seq, d_in] = x.dims();
-    let y = linear.forward(x.reshape([batch * seq, d_in]));
-    let d_out = y.dims()[1];
-    y.reshape([batch, seq, d_out])
 }
 
 /// Multi-head scaled dot-product self-attention (`attention.self` in Hugging Face's names).

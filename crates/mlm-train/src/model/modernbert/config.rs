@@ -148,7 +148,7 @@ impl ModernBertConfig {
             ),
             ConfigError::check(
                 "hidden_activation",
-                &self.hidden_activation,
+                format!("{:?}", self.hidden_activation),
                 self.hidden_activation == "gelu",
                 "is not computed (only \"gelu\", the erf form)",
             ),

@@ -18,7 +18,7 @@ use mlm_core::{
 use super::rotary::Rotary;
 use super::window::{banded, window_bias};
 use crate::data::DeviceBatch;
-use crate::model::MaskedLm;
+use crate::model::{MaskedLm, per_token};
 
 /// `layer_norm` with epsilon `eps` over the last dimension, its bias 0 where it has none
 /// (`norm_bias = false`), as one [`mlm_core::layer_norm`].
@@ -29,14 +29,6 @@ fn norm(layer_norm: &LayerNorm, eps: f64, x: Tensor<3>) -> Tensor<3> {
         None => gamma.zeros_like(),
     };
     mlm_core::layer_norm(x, gamma, beta, eps)
-}
-
-/// `linear` on every token of `x [batch, seq, d_in]` as one `[batch·seq, d_in]` product.
-fn per_token(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
-    let [batch, seq, d_in] = x.dims();
-    let y = linear.forward(x.reshape([batch * seq, d_in]));
-    let d_out = y.dims()[1];
-    y.reshape([batch, seq, d_out])
 }
 
 /// Token embeddings, LayerNorm and dropout; no position or segment embeddings.
