@@ -29,7 +29,7 @@ impl RunLock {
             .truncate(false)
             .open(path)
             .map_err(io(path))?;
-        match file.try_lock() {
+        match try_lock_briefly(&file) {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
                 let holder = std::fs::read_to_string(path).unwrap_or_default();
@@ -49,4 +49,20 @@ impl RunLock {
             .map_err(io(path))?;
         Ok(Self { _file: file })
     }
+}
+
+/// `file.try_lock()`, tried again for up to 100 ms while it would block. A child process
+/// forked by another thread of this process holds a copy of the descriptor, and so the lock,
+/// until its `exec` closes it: a lock just released here can read as held for that moment.
+/// A holder that is really running keeps it longer, and is refused.
+fn try_lock_briefly(file: &File) -> Result<(), TryLockError> {
+    for _ in 0..10 {
+        match file.try_lock() {
+            Err(TryLockError::WouldBlock) => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            done => return done,
+        }
+    }
+    file.try_lock()
 }
