@@ -107,8 +107,8 @@ pub(crate) enum Command {
         backend: BackendKind,
     },
     /// Import a Hugging Face BertForMaskedLM, RobertaForMaskedLM, XLMRobertaForMaskedLM or
-    /// ModernBertForMaskedLM folder (config.json, model.safetensors, its tokenizer) as a run directory that predict and eval read
-    /// (train from it with `train --init-from`).
+    /// ModernBertForMaskedLM folder (config.json, model.safetensors, its tokenizer) as a run
+    /// directory that predict and eval read (train from it with `train --init-from`).
     ImportHf {
         /// The Hugging Face folder.
         dir: PathBuf,
@@ -255,8 +255,9 @@ pub(crate) struct TrainArgs {
     #[arg(long, value_enum, conflicts_with = "resume")]
     pub(crate) architecture: Option<ArchitectureFlag>,
     /// Continue pretraining a Hugging Face BertForMaskedLM, RobertaForMaskedLM,
-    /// XLMRobertaForMaskedLM or ModernBertForMaskedLM folder (config.json, model.safetensors, tokenizer.json, or BERT's vocab.txt, or RoBERTa's
-    /// vocab.json + merges.txt; run_mlm.py's --model_name_or_path):
+    /// XLMRobertaForMaskedLM or ModernBertForMaskedLM folder (config.json, model.safetensors,
+    /// tokenizer.json, or BERT's vocab.txt, or RoBERTa's vocab.json + merges.txt;
+    /// run_mlm.py's --model_name_or_path):
     /// its weights, model and tokenizer, with fresh optimizer state and this run's schedule.
     /// Its held-out loss before training is logged as step 0.
     #[arg(long, value_name = "HF_DIR", conflicts_with_all = [

@@ -1,6 +1,6 @@
-//! A Hugging Face masked-LM folder of a registry family to start from (`train --init-from`, `import-hf`):
-//! its configuration, tokenizer and weights, each checked against the others before a run
-//! is written.
+//! A Hugging Face masked-LM folder of a registry family to start from (`train --init-from`,
+//! `import-hf`): its configuration, tokenizer and weights, each checked against the others
+//! before a run is written.
 
 use std::path::{Path, PathBuf};
 

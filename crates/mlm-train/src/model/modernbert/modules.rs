@@ -16,7 +16,7 @@ use mlm_core::{
 };
 
 use super::rotary::Rotary;
-use super::window::{banded, window_bias};
+use super::window::{Window, banded};
 use crate::data::DeviceBatch;
 use crate::model::{MaskedLm, per_token};
 
@@ -56,14 +56,14 @@ pub struct ModernBertAttention {
 }
 
 /// What one attention kind needs: its rotation, the padding, and for a local layer its
-/// half window.
+/// window.
 pub struct AttentionInputs {
     /// Rotary positions at this kind's base.
     pub rotary: Rotary,
     /// `[batch, seq]`: 0, or [`PADDING_BIAS`] at padding keys.
     pub key_bias: Tensor<2>,
-    /// `local_attention / 2` for a local layer; `None` for a global one.
-    pub half_window: Option<usize>,
+    /// The local layers' window; `None` for a global layer.
+    pub window: Option<Window>,
 }
 
 impl ModernBertAttention {
@@ -78,23 +78,19 @@ impl ModernBertAttention {
             inputs.rotary.apply(key, heads),
         );
         let [batch, seq, _] = query.dims();
-        let key_bias = inputs.key_bias.clone();
-        let context = match inputs.half_window {
+        let qkv = [query, key, value];
+        let context = match &inputs.window {
             None if self.drop.prob == 0.0 => {
-                multi_head_attention(query, key, value, key_bias, heads)
+                let [query, key, value] = qkv;
+                multi_head_attention(query, key, value, inputs.key_bias.clone(), heads)
             }
-            None => self.biased([query, key, value], key_bias.reshape([batch, 1, 1, seq])),
-            // Blocks pay where the window is a small part of the sequence.
-            Some(half) if seq >= 4 * half => {
+            None => self.biased(qkv, inputs.key_bias.clone().reshape([batch, 1, 1, seq])),
+            Some(Window::Full(bias)) => self.biased(qkv, bias.clone()),
+            Some(Window::Blocks { half, bias }) => {
                 let split =
                     |x: Tensor<3>| x.reshape([batch, seq, heads, d / heads]).swap_dims(1, 2);
-                let context = banded([query, key, value].map(split), key_bias, half, &self.drop);
+                let context = banded(qkv.map(split), bias.clone(), *half, &self.drop);
                 context.swap_dims(1, 2).reshape([batch, seq, d])
-            }
-            Some(half) => {
-                let window = window_bias(seq, half, &query.device());
-                let bias = key_bias.reshape([batch, 1, 1, seq]) + window;
-                self.biased([query, key, value], bias)
             }
         };
         self.drop.forward(per_token(&self.wo, context))
@@ -205,12 +201,12 @@ impl ModernBertForMaskedLm {
         let global = AttentionInputs {
             rotary: Rotary::new(seq, head_dim, self.global_rope_theta, &device),
             key_bias: key_bias.clone(),
-            half_window: None,
+            window: None,
         };
         let local = AttentionInputs {
             rotary: Rotary::new(seq, head_dim, self.local_rope_theta, &device),
+            window: Some(Window::new(key_bias.clone(), self.local_attention / 2)),
             key_bias,
-            half_window: Some(self.local_attention / 2),
         };
         let embedded = self.embeddings.tok_embeddings.forward(input_ids);
         let embedded = norm(&self.embeddings.norm, self.norm_eps, embedded);

@@ -23,26 +23,53 @@ pub fn window_bias(seq: usize, half_window: usize, device: &Device) -> Tensor<4>
     Tensor::from_data(TensorData::new(values, [1, 1, seq, seq]), device)
 }
 
+/// A local layer's mask, made once a forward pass for all its local layers.
+pub enum Window {
+    /// Queries in blocks of `half` (where the sequence holds 4 half-windows or more, so that
+    /// the blocks pay), with their bias from [`block_bias`]: `[batch, 1, blocks, half, 3 ·
+    /// half]`.
+    Blocks {
+        /// The half window, `local_attention / 2`.
+        half: usize,
+        /// The bias of each block's queries against its window of keys.
+        bias: Tensor<5>,
+    },
+    /// Full attention with the window as a bias, `[batch, 1, seq, seq]`: the padding of
+    /// `key_bias` plus [`window_bias`].
+    Full(Tensor<4>),
+}
+
+impl Window {
+    /// The mask of keys at most `half` positions from their query, padding keys
+    /// (`key_bias [batch, seq]`: 0, or [`PADDING_BIAS`]) hidden.
+    pub fn new(key_bias: Tensor<2>, half: usize) -> Self {
+        let [batch, seq] = key_bias.dims();
+        if seq >= 4 * half {
+            let bias = block_bias(key_bias, half);
+            return Self::Blocks { half, bias };
+        }
+        let window = window_bias(seq, half, &key_bias.device());
+        Self::Full(key_bias.reshape([batch, 1, 1, seq]) + window)
+    }
+}
+
 /// Sliding-window attention by blocks: the queries in blocks of `half` (the half window),
 /// each against the `3 · half` keys around its block, so the work is `3 · half / seq` of
 /// full attention's. Same result as full attention with [`window_bias`] added.
 ///
 /// # Shapes
 /// - `query`, `key`, `value`: `[batch, heads, seq, d_head]` (rotated)
-/// - `key_bias`: `[batch, seq]`, 0 or [`PADDING_BIAS`] at padding keys
+/// - `bias`: [`block_bias`] of the padding, `[batch, 1, blocks, half, 3 · half]`
 /// - output: probabilities' context `[batch, heads, seq, d_head]`
 pub fn banded(
     [query, key, value]: [Tensor<4>; 3],
-    key_bias: Tensor<2>,
+    bias: Tensor<5>,
     half: usize,
     dropout: &burn::nn::Dropout,
 ) -> Tensor<4> {
     let [batch, heads, seq, d_head] = query.dims();
-    let blocks = seq.div_ceil(half);
+    let (blocks, padded) = block_layout(seq, half);
     let device = query.device();
-    // Keys and values padded by a block before and after (and to whole blocks), so that
-    // block i's window is rows i·half .. (i + 3)·half of the padded sequence.
-    let padded = (blocks + 2) * half;
     let pad = |x: Tensor<4>| {
         let after = padded - half - seq;
         let zeros = |n| Tensor::zeros([batch, heads, n, d_head], &device);
@@ -58,7 +85,6 @@ pub fn banded(
     )
     .reshape([batch, heads, blocks, half, d_head]);
     let scores = query.matmul(windows(key)) / (d_head as f64).sqrt();
-    let bias = block_bias(key_bias, half, blocks, padded);
     let probs = dropout.forward(softmax(scores + bias, 4));
     let context = probs.matmul(windows(value).swap_dims(3, 4));
     context
@@ -66,10 +92,20 @@ pub fn banded(
         .narrow(2, 0, seq)
 }
 
+/// The blocks of `half` queries that cover `seq`, and the length of the keys padded by a
+/// block before and after (and to whole blocks), so that block `i`'s window is rows `i ·
+/// half .. (i + 3) · half` of the padded keys.
+fn block_layout(seq: usize, half: usize) -> (usize, usize) {
+    let blocks = seq.div_ceil(half);
+    (blocks, (blocks + 2) * half)
+}
+
 /// `[batch, 1, blocks, half, 3 · half]`: for query `r` of a block and key `j` of its window,
-/// 0 if the key is within `half` positions and a real token, [`PADDING_BIAS`] otherwise.
-fn block_bias(key_bias: Tensor<2>, half: usize, blocks: usize, padded: usize) -> Tensor<5> {
+/// 0 if the key is within `half` positions and a real token (`key_bias [batch, seq]` 0),
+/// [`PADDING_BIAS`] otherwise.
+pub fn block_bias(key_bias: Tensor<2>, half: usize) -> Tensor<5> {
     let [batch, seq] = key_bias.dims();
+    let (blocks, padded) = block_layout(seq, half);
     let device = key_bias.device();
     let outside = PADDING_BIAS as f32;
     let keys = Tensor::cat(
@@ -146,7 +182,7 @@ mod tests {
         let no_dropout = burn::nn::DropoutConfig::new(0.0).init();
         let blocked = banded(
             [query.clone(), key.clone(), value.clone()],
-            key_bias.clone(),
+            block_bias(key_bias.clone(), half),
             half,
             &no_dropout,
         );
