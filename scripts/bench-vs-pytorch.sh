@@ -2,8 +2,10 @@
 # Ours against PyTorch eager (transformers, 2 threads) on this machine, in one invocation:
 # 1. the main job's training step (BertForMaskedLM 64 × 64 tokens, d_model 128, 2 layers,
 #    2 heads, feed-forward 512, vocab 8192, 15 % masked): forward+backward and the full
-#    step (+ clip + AdamW) on each CPU backend of ours against PyTorch's dense (HF default)
-#    and gathered (masked rows only) paths, as tokens/s, ratios and GFLOP/s against the
+#    step (+ clip + AdamW) on flex against PyTorch's dense (HF default), gathered (masked rows
+#    only) and compiled (gathered under torch.compile) paths, ROUNDS (3) alternated sittings,
+#    as tokens/s, ratios, the share of the machine's time outside the matrix products (perf,
+#    ours and PyTorch's, where perf can record) and GFLOP/s against the
 #    machine's peak (PEAK_GFLOPS; by default cores × 2 FMA pipes × 2 FLOP × f32 lanes × the
 #    clock, with 16 lanes where the CPU has AVX-512 and runs it at full width, 8 with AVX2
 #    and on Zen 4, which executes AVX-512 as two 256-bit halves; the clock is measured on
@@ -43,11 +45,34 @@ export PEAK_GFLOPS
 
 if [ "$what" = all ] || [ "$what" = step ]; then
     cargo build --release -p mlm-train
-    ./target/release/mlm-train bench backends --backends flex --batch-size 64 \
-        --seq-len 64 --json "$out/ours-step.json"
-    "$venv/bin/python" scripts/peers/torch_bert_step.py --device cpu --batch 64 --seq 64 \
-        --json "$out/theirs-step.json" > /dev/null
-    "$venv/bin/python" scripts/peers/step_table.py "$out/ours-step.json" "$out/theirs-step.json"
+    ours=(./target/release/mlm-train bench backends --backends flex --batch-size 64 --seq-len 64)
+    theirs=("$venv/bin/python" scripts/peers/torch_bert_step.py --device cpu --batch 64 --seq 64)
+    # ROUNDS alternated sittings (default 3): the table gives each time's median over them.
+    ours_json=() theirs_json=()
+    for round in $(seq "${ROUNDS:-3}"); do
+        "${ours[@]}" --timed-steps 20 --json "$out/ours-step-$round.json" > /dev/null
+        "${theirs[@]}" --steps 20 --variants gathered,compiled,dense \
+            --json "$out/theirs-step-$round.json" > /dev/null 2>&1
+        ours_json+=("$out/ours-step-$round.json") theirs_json+=("$out/theirs-step-$round.json")
+    done
+    # Where the time goes, ours and PyTorch's gathered step: perf over both cores (idle
+    # included), after 3 s of set-up and warm-up. Skipped where perf cannot record.
+    profiles=()
+    if perf record -a -o /dev/null true 2>/dev/null; then
+        for who in ours theirs; do
+            run=("${ours[@]}" --timed-steps 60 --json "$out/profiled.json")
+            [ $who = theirs ] && run=("${theirs[@]}" --steps 60 --variants gathered)
+            perf record -a -D 3000 -F 499 --call-graph dwarf,32768 -o "$out/perf-$who.data" \
+                "${run[@]}" > /dev/null 2>&1
+            perf script -i "$out/perf-$who.data" -F pid,comm,ip,sym --no-inline 2>/dev/null |
+                python3 scripts/peers/profile_by_kind.py --json "$out/profile-$who.json" \
+                > "$out/profile-$who.md"
+            profiles+=("$out/profile-$who.json")
+        done
+        echo "profiles by kind: $out/profile-ours.md, $out/profile-theirs.md"
+    fi
+    "$venv/bin/python" scripts/peers/step_table.py "$(IFS=,; echo "${ours_json[*]}")" \
+        "$(IFS=,; echo "${theirs_json[*]}")" "${profiles[@]}"
     [ "$what" = step ] && exit 0
 fi
 

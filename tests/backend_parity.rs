@@ -1,6 +1,6 @@
 //! The reference cross-entropy cases on wgpu and flex (with autodiff) equal PyTorch's within
 //! 1e-4; flex's fused attention kernel equals the composed ops in f64 within 2e-6, context
-//! and gradients, and so does its LayerNorm kernel. CI has no GPU: `.ci/run` installs
+//! and gradients, and so do its LayerNorm and linear kernels. CI has no GPU: `.ci/run` installs
 //! `mesa-vulkan-drivers`, whose lavapipe is a real Vulkan device on the CPU, so this runs
 //! real wgpu kernels. CUDA joins with `--features cuda` where a device is present.
 
@@ -8,7 +8,7 @@ mod common;
 
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use common::{assert_close, assert_every_cross_entropy_case_matches_pytorch};
-use mlm_core::attention::{PADDING_BIAS, multi_head_attention};
+use mlm_core::attention::{PADDING_BIAS, multi_head_attention, multi_head_attention_qkv_packed};
 use mlm_core::{
     LogitsMode, MaskedCrossEntropy, MaskedCrossEntropyConfig, MaskedTargets, MaskingConfig,
     MlmHeadConfig,
@@ -44,23 +44,28 @@ fn pseudo_random(salt: usize, dtype: DType, device: &Device) -> Tensor<3> {
     Tensor::from_data(TensorData::new(v, INPUT_DIMS), (device, dtype))
 }
 
+/// The key bias `[batch, seq]` of the attention cases: the last 4 keys of sequence 1 and every
+/// key but the first of sequence 2 padded.
+fn padding_bias(batch: usize, seq: usize) -> Vec<f64> {
+    let padded = |b: usize, s: usize| (b == 1 && s >= seq - 4) || (b == 2 && s > 0);
+    (0..batch * seq)
+        .map(|i| match padded(i / seq, i % seq) {
+            true => PADDING_BIAS,
+            false => 0.0,
+        })
+        .collect()
+}
+
 /// `(context, ∂q, ∂k, ∂v)` of 3-head attention over [`pseudo_random`] inputs in `dtype`, the
 /// last 4 keys of sequence 1 and every key but the first of sequence 2 padded; the
 /// gradients are of `Σ context ⊙ w` for a fixed `w`.
 fn attention_case(dtype: DType, device: &Device) -> [Vec<f64>; 4] {
     let [batch, seq, _] = INPUT_DIMS;
     let [q, k, v] = [1, 2, 3].map(|salt| pseudo_random(salt, dtype, device).require_grad());
-    let padded = |b: usize, s: usize| (b == 1 && s >= seq - 4) || (b == 2 && s > 0);
-    let bias: Vec<f64> = (0..batch * seq)
-        .map(|i| {
-            if padded(i / seq, i % seq) {
-                PADDING_BIAS
-            } else {
-                0.0
-            }
-        })
-        .collect();
-    let bias = Tensor::from_data(TensorData::new(bias, [batch, seq]), (device, dtype));
+    let bias = Tensor::from_data(
+        TensorData::new(padding_bias(batch, seq), [batch, seq]),
+        (device, dtype),
+    );
     let context = multi_head_attention(q.clone(), k.clone(), v.clone(), bias, 3);
     let grads = (context.clone() * pseudo_random(4, dtype, device))
         .sum()
@@ -72,6 +77,40 @@ fn attention_case(dtype: DType, device: &Device) -> [Vec<f64>; 4] {
         flat(k.grad(&grads).unwrap()),
         flat(v.grad(&grads).unwrap()),
     ]
+}
+
+/// [`attention_case`] with query, key and value packed into one `[3, 19, 36]` tensor
+/// ([`multi_head_attention_qkv_packed`]); `(context, ∂q, ∂k, ∂v)` with the gradients cut
+/// from the packed one.
+fn packed_attention_case(dtype: DType, device: &Device) -> [Vec<f64>; 4] {
+    let [batch, seq, d_model] = INPUT_DIMS;
+    let qkv = [1, 2, 3].map(|salt| pseudo_random(salt, dtype, device));
+    let qkv = Tensor::cat(qkv.to_vec(), 2).require_grad();
+    let bias = Tensor::<2>::from_data(
+        TensorData::new(padding_bias(batch, seq), [batch, seq]),
+        (device, dtype),
+    );
+    let context = multi_head_attention_qkv_packed(qkv.clone(), bias, 3);
+    let grads = (context.clone() * pseudo_random(4, dtype, device))
+        .sum()
+        .backward();
+    let flat = |t: Tensor<3>| t.into_data().convert::<f64>().try_to_vec::<f64>().unwrap();
+    let d_qkv = qkv.grad(&grads).unwrap();
+    let [dq, dk, dv] = [0, 1, 2].map(|i| flat(d_qkv.clone().narrow(2, i * d_model, d_model)));
+    [flat(context.inner()), dq, dk, dv]
+}
+
+/// The packed path equals the three tensors' to 1e-6 in `f32` on flex (its kernel reads the
+/// packed rows in place and writes one gradient), and in `f64` (the composed ops cut the
+/// packed tensor).
+#[test]
+fn packed_query_key_value_give_the_same_attention() {
+    let flex = device(BackendKind::Flex);
+    for dtype in [DType::F32, DType::F64] {
+        let want = attention_case(dtype, &flex);
+        let got = packed_attention_case(dtype, &flex);
+        assert_all_close("packed attention", ["context", "∂q", "∂k", "∂v"], got, want);
+    }
 }
 
 /// Flex's fused attention in `f32` within 1e-6 of the composed ops in `f64` (on flex: its
@@ -161,8 +200,68 @@ fn flex_layer_norm_kernel_matches_the_composed_ops_in_f64() {
     assert_all_close("LayerNorm", ["y", "∂x", "∂γ", "∂β"], got, want);
 }
 
-/// Under gradient checkpointing (`Autodiff<Flex, BalancedCheckpointing>`) the fused attention
-/// and LayerNorm kernels run too: their outputs and gradients equal those without
+/// `(y, ∂x, ∂W, ∂b)` of [`mlm_core::linear()`] from `x` `[3, 19, 12]` ([`pseudo_random`]) to 7
+/// features (W `[12, 7]`, b `[7]` fixed ramps; without `bias`, `∂b` empty) in `dtype`; the
+/// gradients are of `Σ y ⊙ w` for a fixed `w`.
+fn linear_case(dtype: DType, bias: bool, device: &Device) -> [Vec<f64>; 4] {
+    let [batch, seq, d_in] = INPUT_DIMS;
+    let ramp = |n: usize, step: f64, shape: Vec<usize>| {
+        let v: Vec<f64> = (0..n).map(|i| (i % 11) as f64 * step - 0.4).collect();
+        Tensor::<2>::from_data(TensorData::new(v, shape), (device, dtype)).require_grad()
+    };
+    let x = pseudo_random(7, dtype, device).require_grad();
+    let weight = ramp(d_in * 7, 0.07, vec![d_in, 7]);
+    let b = ramp(7, 0.1, vec![1, 7])
+        .reshape([7])
+        .detach()
+        .require_grad();
+    let y = mlm_core::linear(x.clone(), weight.clone(), bias.then(|| b.clone()));
+    let w: Vec<f64> = (0..batch * seq * 7)
+        .map(|i| (i % 13) as f64 / 6.0 - 1.0)
+        .collect();
+    let w = Tensor::<3>::from_data(TensorData::new(w, [batch, seq, 7]), (device, dtype));
+    let grads = (y.clone() * w).sum().backward();
+    let flat = |t: TensorData| t.convert::<f64>().try_to_vec::<f64>().unwrap();
+    [
+        flat(y.inner().into_data()),
+        flat(x.grad(&grads).unwrap().into_data()),
+        flat(weight.grad(&grads).unwrap().into_data()),
+        b.grad(&grads).map_or(vec![], |g| flat(g.into_data())),
+    ]
+}
+
+/// Flex's linear kernel in `f32` within 1e-6 of Burn's `linear` in `f64` (on flex), with and
+/// without a bias: output and the gradients of input, weight and bias; on plain Flex
+/// (inference) within 1e-6 of Burn's `linear` in `f32`.
+#[test]
+fn flex_linear_kernel_matches_burns_linear_in_f64() {
+    let flex = device(BackendKind::Flex);
+    for bias in [true, false] {
+        let want = linear_case(DType::F64, bias, &flex);
+        let got = linear_case(DType::F32, bias, &flex);
+        assert_all_close("linear", ["y", "∂x", "∂W", "∂b"], got, want);
+    }
+    let plain_flex = Device::flex();
+    let x = pseudo_random(8, DType::F32, &plain_flex);
+    let weight = pseudo_random(9, DType::F32, &plain_flex)
+        .reshape([57, 12])
+        .narrow(0, 0, 12);
+    let bias = pseudo_random(10, DType::F32, &plain_flex)
+        .reshape([684])
+        .narrow(0, 0, 12);
+    let ours = mlm_core::linear(x.clone(), weight.clone(), Some(bias.clone()));
+    let burns = burn::tensor::module::linear(x, weight, Some(bias));
+    assert_close(
+        "linear on plain Flex",
+        &ours.into_data().try_to_vec::<f32>().unwrap(),
+        &burns.into_data().try_to_vec::<f32>().unwrap(),
+        1e-6,
+        1e-6,
+    );
+}
+
+/// Under gradient checkpointing (`Autodiff<Flex, BalancedCheckpointing>`) the fused attention,
+/// LayerNorm and linear kernels run too: their outputs and gradients equal those without
 /// checkpointing bit for bit (the composed ops in `f32` differ from the kernels by up to
 /// 4e-5, so a fallback would show).
 #[test]
@@ -176,6 +275,10 @@ fn the_fused_kernels_run_under_gradient_checkpointing() {
     assert_eq!(
         layer_norm_case(DType::F32, &checkpointed),
         layer_norm_case(DType::F32, &plain)
+    );
+    assert_eq!(
+        linear_case(DType::F32, true, &checkpointed),
+        linear_case(DType::F32, true, &plain)
     );
 }
 

@@ -2,9 +2,10 @@
 the word embeddings), one forward + backward of a batch of random tokens with 15 % of the
 positions graded, in eager mode, f32, on CUDA or the CPU.
 
-Variants (same shapes as our bench):
+Variants (same shapes as our bench; `--variants` picks, default dense,gathered):
   dense     -- Hugging Face's default: every position through the head, labels -100 elsewhere;
-  gathered  -- only the graded rows through the head (what our `forward_masked` does).
+  gathered  -- only the graded rows through the head (what our `forward_masked` does);
+  compiled  -- `gathered` under `torch.compile` (Inductor; the warm-up steps compile it).
 With `--architecture modernbert`, transformers' `ModernBertForMaskedLM` instead (sdpa
 attention, a global layer every third, the others over `--local-attention` tokens), whose
 `sparse_prediction=True` is its own gathered path (variant `gathered`).
@@ -39,6 +40,7 @@ def main():
     p.add_argument("--label", default="")
     p.add_argument("--architecture", default="bert", choices=["bert", "modernbert"])
     p.add_argument("--local-attention", type=int, default=128)
+    p.add_argument("--variants", default="dense,gathered")
     p.add_argument("--json")
     a = p.parse_args()
     device = torch.device(a.device)
@@ -105,7 +107,8 @@ def main():
     def sparse():
         return model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
 
-    variants = (("dense", dense), ("gathered", gathered))
+    variants = {"dense": dense, "gathered": gathered, "compiled": torch.compile(gathered)}
+    variants = [(v, variants[v]) for v in a.variants.split(",")]
     if a.architecture == "modernbert":
         variants = (("gathered", sparse),)
     out = []

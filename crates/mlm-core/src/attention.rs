@@ -64,6 +64,45 @@ pub fn multi_head_attention(
     composed(query, key, value, key_bias, heads)
 }
 
+/// [`multi_head_attention`] of query, key and value packed side by side in one tensor, as
+/// one `[d_model, 3·d_model]` projection makes them (flash-attn's `qkvpacked` layout): the
+/// kernel on burn-flex reads the three in place, and its backward writes their gradient as
+/// one tensor, so the projection's backward is one product, with no gradient sums.
+///
+/// # Shapes
+/// - `qkv`: `[batch, seq, 3·d_model]`, query in features `0..d_model`, key in
+///   `d_model..2·d_model`, value in `2·d_model..3·d_model`, heads side by side in each
+/// - `key_bias`: `[batch, seq]`, as in [`multi_head_attention`]
+/// - output: `[batch, seq, d_model]`
+///
+/// # Panics
+/// If the last dimension of `qkv` is not a multiple of 3, `d_model` not a multiple of
+/// `heads`, or `key_bias` is not `[batch, seq]`.
+pub fn multi_head_attention_qkv_packed(
+    qkv: Tensor<3>,
+    key_bias: Tensor<2>,
+    heads: usize,
+) -> Tensor<3> {
+    let [batch, seq, width] = qkv.dims();
+    assert!(
+        width % 3 == 0 && heads > 0 && (width / 3) % heads == 0,
+        "multi_head_attention_qkv_packed: [batch, seq, {width}] is not 3 × d_model with d_model a positive multiple of {heads} heads"
+    );
+    let bias_dims = key_bias.dims();
+    assert!(
+        bias_dims == [batch, seq],
+        "multi_head_attention_qkv_packed: key_bias is {bias_dims:?}, expected {:?}",
+        [batch, seq]
+    );
+    #[cfg(feature = "flex")]
+    if crate::fused::on_flex(&qkv, &[qkv.dtype(), key_bias.dtype()]) {
+        return crate::fused::flex_attention([qkv], key_bias, heads);
+    }
+    let d_model = width / 3;
+    let [query, key, value] = [0, 1, 2].map(|i| qkv.clone().narrow(2, i * d_model, d_model));
+    composed(query, key, value, key_bias, heads)
+}
+
 /// [`multi_head_attention`] in plain tensor ops: the reference every backend without a
 /// kernel of its own runs.
 pub fn composed(

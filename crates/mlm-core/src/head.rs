@@ -110,7 +110,9 @@ pub struct MlmHeadTransform {
 impl MlmHeadTransform {
     /// `[..., d_model]` → `[..., d_model]`.
     pub fn forward<const D: usize>(&self, hidden: Tensor<D>) -> Tensor<D> {
-        self.layer_norm.forward(gelu(self.dense.forward(hidden)))
+        let bias = self.dense.bias.as_ref().map(|b| b.val());
+        let dense = crate::linear(hidden, self.dense.weight.val(), bias);
+        self.layer_norm.forward(gelu(dense))
     }
 }
 

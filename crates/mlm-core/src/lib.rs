@@ -29,7 +29,7 @@
 //!   GPU's queue in the training step).
 //! - [`multi_head_attention`] ([`attention`]) and [`layer_norm`]: the encoder's
 //!   self-attention and LayerNorm, each one operation (a fused kernel on burn-flex), for the
-//!   encoder that feeds the head.
+//!   encoder that feeds the head; [`linear()`], its projections.
 //!
 //! - [`PseudoLogLikelihood`] ([`scoring`]): a sentence's pseudo-log-likelihood under any
 //!   [`MaskedLanguageModel`], all masked copies of many sentences in one forward pass (or
@@ -47,14 +47,16 @@ mod fused;
 pub mod head;
 #[cfg(feature = "train")]
 pub mod learner;
+pub mod linear;
 pub mod loss;
 pub mod masking;
 pub mod scoring;
 pub mod targets;
 
-pub use attention::multi_head_attention;
+pub use attention::{multi_head_attention, multi_head_attention_qkv_packed};
 pub use error::MlmError;
 pub use head::{MlmHead, MlmHeadConfig, MlmHeadTransform, gelu, layer_norm};
+pub use linear::linear;
 pub use loss::{
     CHUNK_LOGITS, IGNORE_INDEX, LogitsMode, MaskedCrossEntropy, MaskedCrossEntropyConfig,
     MlmLossOutput, Reduction, masked_cross_entropy, masked_cross_entropy_with_labels,

@@ -15,6 +15,9 @@ pub(super) struct Dims {
     pub(super) seq: usize,
     pub(super) heads: usize,
     pub(super) d_model: usize,
+    /// Elements from one token's query (key, value) to the next's, and so of their gradients:
+    /// `d_model` for three tensors, `3·d_model` for one packed `[q | k | v]` tensor.
+    pub(super) qkv_stride: usize,
 }
 
 impl Dims {
@@ -27,10 +30,10 @@ impl Dims {
         (self.d_head() as f32).sqrt().recip()
     }
 
-    /// Offset of head `h` of sequence `b` in a `[batch, seq, d_model]` buffer.
-    fn offset(&self, bh: usize) -> usize {
+    /// Offset of head `h` of sequence `b` in a buffer of `row_stride` elements a token.
+    fn offset(&self, bh: usize, row_stride: usize) -> usize {
         let (b, h) = (bh / self.heads, bh % self.heads);
-        b * self.seq * self.d_model + h * self.d_head()
+        b * self.seq * row_stride + h * self.d_head()
     }
 }
 
@@ -45,11 +48,11 @@ struct View {
 }
 
 impl View {
-    /// Head `bh` of a `[batch, seq, d_model]` buffer: `[seq, d_head]`, or `[d_head, seq]`
-    /// when `transposed`.
-    fn head(x: &[f32], dims: Dims, bh: usize, transposed: bool) -> Self {
-        let (ptr, d) = (x[dims.offset(bh)..].as_ptr(), dims.d_model);
-        Self::new(ptr, [dims.seq, dims.d_head()], [d, 1], transposed)
+    /// Head `bh` of a buffer of `row_stride` elements a token: `[seq, d_head]`, or
+    /// `[d_head, seq]` when `transposed`.
+    fn head(x: &[f32], dims: Dims, bh: usize, row_stride: usize, transposed: bool) -> Self {
+        let ptr = x[dims.offset(bh, row_stride)..].as_ptr();
+        Self::new(ptr, [dims.seq, dims.d_head()], [row_stride, 1], transposed)
     }
 
     /// A row-major `[seq, seq]` block, transposed when `transposed`.
@@ -123,16 +126,14 @@ unsafe fn gemm(dst: *mut f32, dst_row_stride: usize, lhs: View, rhs: View, beta:
 }
 
 /// `(context [batch, seq, d_model], probs [batch, heads, seq, seq])` of `q`, `k`, `v`
-/// `[batch, seq, d_model]` and `key_bias [batch, seq]`.
+/// (`[batch, seq, _]` at [`Dims::qkv_stride`]) and `key_bias [batch, seq]`.
 pub(super) fn forward(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    [q, k, v]: [&[f32]; 3],
     key_bias: &[f32],
     dims: Dims,
 ) -> (Vec<f32>, Vec<f32>) {
-    let seq = dims.seq;
-    let mut context = vec![0f32; q.len()];
+    let (seq, stride) = (dims.seq, dims.qkv_stride);
+    let mut context = vec![0f32; dims.batch * seq * dims.d_model];
     let mut probs = vec![0f32; dims.batch * dims.heads * seq * seq];
     let out = Out(context.as_mut_ptr());
     probs
@@ -140,7 +141,7 @@ pub(super) fn forward(
         .enumerate()
         .for_each(|(bh, p)| {
             let bias = &key_bias[bh / dims.heads * seq..][..seq];
-            let head = |x, transposed| View::head(x, dims, bh, transposed);
+            let head = |x, transposed| View::head(x, dims, bh, stride, transposed);
             // SAFETY: the views lie inside q, k, v and `p`; the context block is this
             // head's own (`Out`).
             // S = q kᵀ / √d, then P = softmax(S + bias) row by row, then context = P v.
@@ -157,7 +158,7 @@ pub(super) fn forward(
             let p = View::square(p, seq, false);
             unsafe {
                 gemm(
-                    out.at(dims.offset(bh)),
+                    out.at(dims.offset(bh, dims.d_model)),
                     dims.d_model,
                     p,
                     head(v, false),
@@ -168,33 +169,32 @@ pub(super) fn forward(
     (context, probs)
 }
 
-/// `[∂q, ∂k, ∂v]`, each `[batch, seq, d_model]`, from what [`forward`] saw and returned
-/// (`probs`) and the gradient of its context `d_context`.
-pub(super) fn backward(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
+/// `[∂q, ∂k, ∂v]` into `d_qkv` (each `[batch, seq, _]` at [`Dims::qkv_stride`], every
+/// element written), from what [`forward`] saw and returned (`probs`) and the gradient of
+/// its context `d_context` `[batch, seq, d_model]`.
+///
+/// # Safety
+/// Each of `d_qkv` must point to a live buffer that holds its `[batch, seq, d_model]` at
+/// that stride, and no other thread may touch them during the call.
+pub(super) unsafe fn backward(
+    [q, k, v]: [&[f32]; 3],
     probs: &[f32],
     d_context: &[f32],
     dims: Dims,
-) -> [Vec<f32>; 3] {
-    let (seq, d_model) = (dims.seq, dims.d_model);
-    let mut grads = [
-        vec![0f32; q.len()],
-        vec![0f32; q.len()],
-        vec![0f32; q.len()],
-    ];
-    let [dq, dk, dv] = grads.each_mut().map(|g| Out(g.as_mut_ptr()));
+    [dq, dk, dv]: [*mut f32; 3],
+) {
+    let (seq, d_model, stride) = (dims.seq, dims.d_model, dims.qkv_stride);
+    let [dq, dk, dv] = [dq, dk, dv].map(Out);
     probs.par_chunks(seq * seq).enumerate().for_each_init(
         || vec![0f32; seq * seq],
         |ds, (bh, p)| {
-            let off = dims.offset(bh);
-            let head = |x, transposed| View::head(x, dims, bh, transposed);
-            let d_out = head(d_context, false);
+            let off = dims.offset(bh, stride);
+            let head = |x, transposed| View::head(x, dims, bh, stride, transposed);
+            let d_out = View::head(d_context, dims, bh, d_model, false);
             // SAFETY: as in `forward`; each task writes its own head's blocks and `ds`.
             // ∂v = Pᵀ ∂context; ∂P = ∂context vᵀ (into `ds`).
             unsafe {
-                gemm(dv.at(off), d_model, View::square(p, seq, true), d_out, 1.0);
+                gemm(dv.at(off), stride, View::square(p, seq, true), d_out, 1.0);
                 gemm(ds.as_mut_ptr(), seq, d_out, head(v, true), 1.0);
             }
             // ∂S = P ⊙ (∂P − rowsum(∂P ⊙ P)); the 1/√d of S goes into the products below.
@@ -205,10 +205,9 @@ pub(super) fn backward(
             // ∂q = ∂S k / √d; ∂k = ∂Sᵀ q / √d.
             unsafe {
                 let (d_s, d_st) = (View::square(ds, seq, false), View::square(ds, seq, true));
-                gemm(dq.at(off), d_model, d_s, head(k, false), scale);
-                gemm(dk.at(off), d_model, d_st, head(q, false), scale);
+                gemm(dq.at(off), stride, d_s, head(k, false), scale);
+                gemm(dk.at(off), stride, d_st, head(q, false), scale);
             }
         },
     );
-    grads
 }

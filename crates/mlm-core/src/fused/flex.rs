@@ -1,5 +1,5 @@
 //! burn-flex's kernels and their autodiff operations: the fused cross-entropy, GELU,
-//! LayerNorm and multi-head attention.
+//! LayerNorm, multi-head attention and the linear layer.
 //!
 //! Burn 0.22 dispatches every tensor at run time. [`route`] reads a tensor's device and
 //! dtype (no data): `Flex`, `Autodiff<Flex, C>` with the tensor's own checkpointing strategy
@@ -21,7 +21,7 @@ use burn::tensor::{DType, GradientCheckpointingStrategy, Int, Shape, Tensor, Ten
 use rayon::prelude::*;
 
 use super::CrossEntropySum;
-use super::{attention, chunked, cpu};
+use super::{attention, chunked, cpu, linear};
 
 /// Where a fused operation runs, read from its first input's device and every input's dtype.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -385,63 +385,96 @@ fn kernel(
 }
 
 /// Multi-head attention of `f32` inputs on `Flex` or `Autodiff<Flex, C>` ([`on_flex`]):
-/// the [`attention`] kernel, under autodiff one operation over query, key and value (the key
-/// bias is a constant: it gets no gradient).
-pub(crate) fn flex_attention(qkv: [Tensor<3>; 3], key_bias: Tensor<2>, heads: usize) -> Tensor<3> {
-    match route(&qkv[0], &[]) {
+/// the [`attention`] kernel, under autodiff one operation over its inputs (the key bias is a
+/// constant: it gets no gradient). The inputs are query, key and value as three tensors
+/// `[batch, seq, d_model]` (`N` = 3), or packed side by side in one `[batch, seq, 3·d_model]`
+/// (`N` = 1), whose gradient is then one tensor too.
+pub(crate) fn flex_attention<const N: usize>(
+    inputs: [Tensor<3>; N],
+    key_bias: Tensor<2>,
+    heads: usize,
+) -> Tensor<3> {
+    match route(&inputs[0], &[]) {
         Route::Plain => {
-            let (context, _) = flex_attention_forward(qkv.map(plain), plain(key_bias), heads);
+            let (context, _) = flex_attention_forward(inputs.map(plain), plain(key_bias), heads);
             Tensor::from_primitive::<Flex>(context)
         }
         Route::Tracked(strategy) => {
-            with_strategy!(strategy, |C| tracked_attention::<C>(qkv, key_bias, heads))
+            with_strategy!(strategy, |C| tracked_attention::<C, N>(
+                inputs, key_bias, heads
+            ))
         }
         Route::Other => unreachable!("flex_attention off flex: the caller checks on_flex"),
     }
 }
 
-/// What attention's backward needs: its inputs and probabilities `[batch, heads, seq, seq]`.
+/// What attention's backward needs: its inputs (three, or one packed), the probabilities
+/// `[batch, heads, seq, seq]` and the shape.
 #[derive(Clone, Debug)]
-struct AttentionState {
-    qkv: [FlexTensor; 3],
+struct AttentionState<const N: usize> {
+    inputs: [FlexTensor; N],
     probs: FlexTensor,
     dims: attention::Dims,
 }
 
+/// Query, key and value of `inputs` (three tensors, or one packed) as the kernel reads them.
+fn qkv_views<const N: usize>(inputs: &[FlexTensor; N], d_model: usize) -> [&[f32]; 3] {
+    match inputs.each_ref().map(values).as_slice() {
+        &[q, k, v] => [q, k, v],
+        &[packed] => [0, 1, 2].map(|i| &packed[i * d_model..]),
+        _ => unreachable!("attention takes three tensors or one packed"),
+    }
+}
+
 /// The context `[batch, seq, d_model]` of `Flex` tensors, and the state for backward.
-fn flex_attention_forward(
-    qkv: [FlexTensor; 3],
+fn flex_attention_forward<const N: usize>(
+    inputs: [FlexTensor; N],
     key_bias: FlexTensor,
     heads: usize,
-) -> (FlexTensor, AttentionState) {
-    let [batch, seq, d_model] = qkv[0].shape().dims::<3>();
+) -> (FlexTensor, AttentionState<N>) {
+    let [batch, seq, width] = inputs[0].shape().dims::<3>();
+    let d_model = width * N / 3;
     let dims = attention::Dims {
         batch,
         seq,
         heads,
         d_model,
+        qkv_stride: width,
     };
-    let qkv = qkv.map(|x| x.to_contiguous());
+    let inputs = inputs.map(|x| x.to_contiguous());
     let key_bias = key_bias.to_contiguous();
-    let [q, k, v] = qkv.each_ref().map(values);
-    let (context, probs) = attention::forward(q, k, v, values(&key_bias), dims);
+    let qkv = qkv_views(&inputs, d_model);
+    let (context, probs) = attention::forward(qkv, values(&key_bias), dims);
     let context = flex_tensor(context, [batch, seq, d_model]);
     let probs = flex_tensor(probs, [batch, heads, seq, seq]);
-    (context, AttentionState { qkv, probs, dims })
+    (
+        context,
+        AttentionState {
+            inputs,
+            probs,
+            dims,
+        },
+    )
 }
 
-/// Attention over autodiff tensors: one operation from query, key and value.
-fn tracked_attention<C: CheckpointStrategy>(
-    qkv: [Tensor<3>; 3],
+/// Attention over autodiff tensors: one operation from its `N` inputs.
+fn tracked_attention<C: CheckpointStrategy, const N: usize>(
+    inputs: [Tensor<3>; N],
     key_bias: Tensor<2>,
     heads: usize,
 ) -> Tensor<3>
 where
     DispatchTensor: DispatchKindConversion<Autodiff<Flex, C>>,
 {
-    let [(q, nq), (k, nk), (v, nv)] = qkv.map(tracked_parts::<C, 3>);
-    let context = record::<C, 3, _>(AttentionBackward, [nq, nk, nv], |tracked| {
-        let (context, state) = flex_attention_forward([q, k, v], plain(key_bias), heads);
+    let mut values = Vec::with_capacity(N);
+    let nodes = inputs.map(|x| {
+        let (x, node) = tracked_parts::<C, 3>(x);
+        values.push(x);
+        node
+    });
+    let values: [FlexTensor; N] = values.try_into().expect("one value per input");
+    let context = record::<C, N, _>(AttentionBackward, nodes, |tracked| {
+        let (context, state) = flex_attention_forward(values, plain(key_bias), heads);
         (context, tracked.then_some(state))
     });
     from_tracked::<C, 3>(context)
@@ -452,12 +485,12 @@ where
 #[derive(Debug)]
 struct AttentionBackward;
 
-impl Backward<Flex, 3> for AttentionBackward {
-    type State = AttentionState;
+impl<const N: usize> Backward<Flex, N> for AttentionBackward {
+    type State = AttentionState<N>;
 
     fn backward(
         self,
-        ops: Ops<Self::State, 3>,
+        ops: Ops<Self::State, N>,
         grads: &mut Gradients,
         _checkpointer: &mut Checkpointer,
     ) {
@@ -465,14 +498,31 @@ impl Backward<Flex, 3> for AttentionBackward {
     }
 }
 
-/// `[∂q, ∂k, ∂v]` ([`attention::backward`]) from the saved state and the incoming
-/// gradient of the context.
-fn attention_backward(state: AttentionState, d_context: FlexTensor) -> [FlexTensor; 3] {
-    let AttentionState { qkv, probs, dims } = state;
-    let shape = qkv[0].layout().shape().clone();
-    let [q, k, v] = qkv.each_ref().map(values);
-    let d_qkv = attention::backward(q, k, v, values(&probs), values(&d_context), dims);
-    d_qkv.map(|grad| flex_tensor(grad, shape.clone()))
+/// The gradients of attention's inputs ([`attention::backward`]), each shaped as its input,
+/// from the saved state and the incoming gradient of the context.
+fn attention_backward<const N: usize>(
+    state: AttentionState<N>,
+    d_context: FlexTensor,
+) -> [FlexTensor; N] {
+    let AttentionState {
+        inputs,
+        probs,
+        dims,
+    } = state;
+    let shape = inputs[0].layout().shape().clone();
+    let mut grads = [(); N].map(|_| vec![0f32; shape.num_elements()]);
+    let d_model = dims.d_model;
+    let outputs: [*mut f32; 3] = match grads.each_mut().map(|g| g.as_mut_ptr()).as_slice() {
+        &[dq, dk, dv] => [dq, dk, dv],
+        // SAFETY (of the arithmetic): the packed buffer holds 3·d_model a token.
+        &[packed] => [0, 1, 2].map(|i| unsafe { packed.add(i * d_model) }),
+        _ => unreachable!("attention takes three tensors or one packed"),
+    };
+    let qkv = qkv_views(&inputs, d_model);
+    // SAFETY: `grads` hold `[batch, seq, d_model]` at the stride `dims` states, and
+    // nothing else touches them during the call.
+    unsafe { attention::backward(qkv, values(&probs), values(&d_context), dims, outputs) };
+    grads.map(|grad| flex_tensor(grad, shape.clone()))
 }
 
 /// `(x, gamma, beta)` of [`crate::layer_norm`].
@@ -597,4 +647,111 @@ fn layer_norm_backward(state: NormState, dy: FlexTensor) -> [FlexTensor; 3] {
         flex_tensor(d_gamma, [d]),
         flex_tensor(d_beta, [d]),
     ]
+}
+
+/// `x W + b` of `f32` tensors on `Flex` or `Autodiff<Flex, C>` ([`on_flex`]): the
+/// [`linear`] kernels, under autodiff one operation over `x`, `W` and `b`.
+pub(crate) fn flex_linear<const D: usize>(
+    x: Tensor<D>,
+    weight: Tensor<2>,
+    bias: Option<Tensor<1>>,
+) -> Tensor<D> {
+    match route(&x, &[]) {
+        Route::Plain => {
+            let (y, _) = linear_forward(plain(x), plain(weight), bias.map(plain));
+            Tensor::from_primitive::<Flex>(y)
+        }
+        Route::Tracked(strategy) => {
+            with_strategy!(strategy, |C| tracked_linear::<C, D>(x, weight, bias))
+        }
+        Route::Other => unreachable!("flex_linear off flex: the caller checks on_flex"),
+    }
+}
+
+/// What the linear layer's backward needs: its input and weight (both contiguous).
+#[derive(Clone, Debug)]
+struct LinearState {
+    x: FlexTensor,
+    weight: FlexTensor,
+    shape: linear::Shape,
+}
+
+/// `x [..., d_in] · W [d_in, d_out] (+ b [d_out])`, `[..., d_out]`, and the state for backward.
+fn linear_forward(
+    x: FlexTensor,
+    weight: FlexTensor,
+    bias: Option<FlexTensor>,
+) -> (FlexTensor, LinearState) {
+    let [d_in, d_out] = weight.shape().dims::<2>();
+    let mut dims = x.shape().to_vec();
+    let shape = linear::Shape {
+        rows: x.shape().num_elements() / d_in.max(1),
+        d_in,
+        d_out,
+    };
+    let (x, weight) = (x.to_contiguous(), weight.to_contiguous());
+    let bias = bias.map(|b| b.to_contiguous());
+    let y = linear::forward(
+        values(&x),
+        values(&weight),
+        bias.as_ref().map(values),
+        shape,
+    );
+    *dims.last_mut().expect("x has a feature dimension") = d_out;
+    (flex_tensor(y, dims), LinearState { x, weight, shape })
+}
+
+/// The linear layer over autodiff tensors: one operation from `x`, `W` and, if any, `b`.
+fn tracked_linear<C: CheckpointStrategy, const D: usize>(
+    x: Tensor<D>,
+    weight: Tensor<2>,
+    bias: Option<Tensor<1>>,
+) -> Tensor<D>
+where
+    DispatchTensor: DispatchKindConversion<Autodiff<Flex, C>>,
+{
+    let ((x, nx), (w, nw)) = (tracked_parts::<C, D>(x), tracked_parts::<C, 2>(weight));
+    let run = |b| {
+        move |tracked: bool| {
+            let (y, state) = linear_forward(x, w, b);
+            (y, tracked.then_some(state))
+        }
+    };
+    let y = match bias.map(tracked_parts::<C, 1>) {
+        Some((b, nb)) => record::<C, 3, _>(LinearBackward, [nx, nw, nb], run(Some(b))),
+        None => record::<C, 2, _>(LinearBackward, [nx, nw], run(None)),
+    };
+    from_tracked::<C, D>(y)
+}
+
+/// The linear layer's backward: `∂x = ∂y Wᵀ`, `∂W = xᵀ ∂y`, `∂b = Σ_rows ∂y`, each made only
+/// for an input whose graph wants it.
+#[derive(Debug)]
+struct LinearBackward;
+
+impl<const N: usize> Backward<Flex, N> for LinearBackward {
+    type State = LinearState;
+
+    fn backward(
+        self,
+        ops: Ops<Self::State, N>,
+        grads: &mut Gradients,
+        _checkpointer: &mut Checkpointer,
+    ) {
+        let dy = grads.consume::<Flex>(&ops.node).to_contiguous();
+        let LinearState { x, weight, shape } = ops.state;
+        let (x_v, w_v, dy_v) = (values(&x), values(&weight), values(&dy));
+        for (input, parent) in ops.parents.into_iter().enumerate() {
+            let Some(node) = parent else { continue };
+            let grad = match input {
+                0 => flex_tensor(linear::input_grad(dy_v, w_v, shape), x.shape().clone()),
+                1 => flex_tensor(
+                    linear::weight_grad(x_v, dy_v, shape),
+                    weight.shape().clone(),
+                ),
+                _ => flex_tensor(linear::bias_grad(dy_v, shape), [shape.d_out]),
+            };
+            grads.register::<Flex>(node.id, grad);
+        }
+    }
 }

@@ -159,6 +159,8 @@ fn composed_chunked(
 mod attention;
 #[cfg(feature = "flex")]
 mod chunked;
+#[cfg(feature = "flex")]
+mod linear;
 // The kernels' arithmetic: used by the flex kernels, and tested on its own.
 #[cfg(any(feature = "flex", test))]
 mod cpu;
@@ -166,7 +168,7 @@ mod cpu;
 #[cfg(feature = "flex")]
 mod flex;
 #[cfg(feature = "flex")]
-pub(crate) use flex::{flex_attention, flex_gelu, flex_layer_norm, on_flex};
+pub(crate) use flex::{flex_attention, flex_gelu, flex_layer_norm, flex_linear, on_flex};
 
 #[cfg(test)]
 mod tests {

@@ -35,10 +35,31 @@ pub use modernbert::{
 /// `linear` applied to every token of `x [batch, seq, d_in]` → `[batch, seq, d_out]`, as one
 /// `[batch·seq, d_in] × [d_in, d_out]` product: burn's 3-D `linear` broadcasts the weight into
 /// one small product per sequence, and its weight gradient into a `[batch, d_in, d_out]` sum.
-/// Every architecture's projections go through it.
+/// Every architecture's projections go through it, as [`mlm_core::linear()`] (a kernel of its
+/// own on flex).
 pub fn per_token(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
+    let bias = linear.bias.as_ref().map(|b| b.val());
+    tokens_times(x, linear.weight.val(), bias)
+}
+
+/// The `linears` of one input side by side, `[batch, seq, Σ d_out]`: one product by their
+/// weights concatenated along the output features (and biases, where every one has one), as
+/// the query, key and value projections feed
+/// [`multi_head_attention_qkv_packed`](mlm_core::multi_head_attention_qkv_packed). The
+/// gradient reaches each weight through the concatenation; `x`'s is one product.
+pub fn per_token_packed<const N: usize>(linears: [&Linear; N], x: Tensor<3>) -> Tensor<3> {
+    let weight = Tensor::cat(linears.map(|l| l.weight.val()).to_vec(), 1);
+    let biases: Option<Vec<Tensor<1>>> = linears
+        .iter()
+        .map(|l| l.bias.as_ref().map(|b| b.val()))
+        .collect();
+    tokens_times(x, weight, biases.map(|b| Tensor::cat(b, 0)))
+}
+
+/// `x [batch, seq, d_in] · weight [d_in, d_out] (+ bias)` as one `[batch·seq, d_in]` product.
+fn tokens_times(x: Tensor<3>, weight: Tensor<2>, bias: Option<Tensor<1>>) -> Tensor<3> {
     let [batch, seq, d_in] = x.dims();
-    let y = linear.forward(x.reshape([batch * seq, d_in]));
+    let y = mlm_core::linear(x.reshape([batch * seq, d_in]), weight, bias);
     let d_out = y.dims()[1];
     y.reshape([batch, seq, d_out])
 }

@@ -12,13 +12,13 @@ use burn::tensor::{Bool, Int, Tensor};
 use mlm_core::attention::{self, PADDING_BIAS};
 use mlm_core::{
     MaskedCrossEntropy, MaskedLanguageModel, MaskedTargets, MlmError, MlmHead, MlmLossOutput, gelu,
-    multi_head_attention,
+    multi_head_attention_qkv_packed,
 };
 
 #[cfg(doc)]
 use super::config::BertConfig;
 use crate::data::DeviceBatch;
-use crate::model::{MaskedLm, per_token};
+use crate::model::{MaskedLm, per_token, per_token_packed};
 
 /// Token + position + segment embeddings, then LayerNorm and dropout.
 #[derive(Module, Debug)]
@@ -83,14 +83,16 @@ pub struct BertSelfAttention {
 impl BertSelfAttention {
     /// `hidden [batch, seq, d_model]`, `key_bias [batch, seq]` (0, or
     /// [`PADDING_BIAS`] at padding keys) → context `[batch, seq, d_model]`. Without dropout
-    /// on the probabilities, one [`multi_head_attention`] (a fused kernel on flex).
+    /// on the probabilities, one `[d_model, 3·d_model]` projection and one
+    /// [`multi_head_attention_qkv_packed`] (a fused kernel on flex).
     pub fn forward(&self, hidden: Tensor<3>, key_bias: Tensor<2>) -> Tensor<3> {
         let heads = self.num_attention_heads;
-        let [query, key, value] =
-            [&self.query, &self.key, &self.value].map(|linear| per_token(linear, hidden.clone()));
+        let projections = [&self.query, &self.key, &self.value];
         if self.dropout.prob == 0.0 {
-            return multi_head_attention(query, key, value, key_bias, heads);
+            let qkv = per_token_packed(projections, hidden);
+            return multi_head_attention_qkv_packed(qkv, key_bias, heads);
         }
+        let [query, key, value] = projections.map(|linear| per_token(linear, hidden.clone()));
         let probs = attention::probabilities(query, key, key_bias, heads);
         attention::context(self.dropout.forward(probs), value)
     }
