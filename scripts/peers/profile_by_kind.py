@@ -56,9 +56,9 @@ def samples(lines):
             stack.append(line.strip())
             continue
         if stack:
-            head = stack[0].split(None, 1)
+            comm, pid = stack[0].rsplit(None, 1)  # perf prints the comm first
             frames = [f.split(None, 1)[1] if " " in f else f for f in stack[1:]]
-            yield int(head[0]), head[1] if len(head) > 1 else "", frames
+            yield int(pid), comm, frames
         stack = []
 
 

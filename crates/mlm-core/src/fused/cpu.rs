@@ -139,12 +139,12 @@ fn gelu_slice(x: &[f32], y: &mut [f32]) {
     }
 }
 
-/// `out = grad · (Φ(x) + x φ(x))`, `φ(x) = exp(−x²/2)/√(2π)`: GELU's exact derivative.
+/// `grad ← grad · (Φ(x) + x φ(x))`, `φ(x) = exp(−x²/2)/√(2π)`: GELU's exact derivative.
 #[inline(always)]
-fn gelu_backward_slice(x: &[f32], grad: &[f32], out: &mut [f32]) {
+fn gelu_backward_slice(x: &[f32], grad: &mut [f32]) {
     const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
-    for ((out, &x), &g) in out.iter_mut().zip(x).zip(grad) {
-        *out = g * (normal_cdf(x) + x * FRAC_1_SQRT_2PI * exp(-0.5 * x * x));
+    for (g, &x) in grad.iter_mut().zip(x) {
+        *g *= normal_cdf(x) + x * FRAC_1_SQRT_2PI * exp(-0.5 * x * x);
     }
 }
 
@@ -296,8 +296,8 @@ multiversion! {
 }
 
 multiversion! {
-    /// `grad · GELU'(x)` into `out` (all three the same length).
-    pub(crate) fn gelu_backward(x: &[f32], grad: &[f32], out: &mut [f32]) -> () = gelu_backward_slice;
+    /// `grad ← grad · GELU'(x)` (both the same length).
+    pub(crate) fn gelu_backward(x: &[f32], grad: &mut [f32]) -> () = gelu_backward_slice;
 }
 
 multiversion! {

@@ -147,6 +147,22 @@ fn flex_tensor(values: Vec<f32>, shape: impl Into<Shape>) -> FlexTensor {
     FlexTensor::from_data(TensorData::new(values, shape))
 }
 
+/// `t`'s values, contiguous, in a buffer `t` alone holds and fills exactly (so that
+/// `storage_mut` neither copies nor shows more): `t` itself where it already is one.
+fn owned(t: FlexTensor) -> FlexTensor {
+    let t = if t.is_contiguous() {
+        t
+    } else {
+        t.to_contiguous()
+    };
+    let exact = t.layout().start_offset() == 0 && t.bytes().len() == 4 * t.shape().num_elements();
+    if t.is_unique() && exact {
+        return t;
+    }
+    let shape = t.shape().clone();
+    flex_tensor(values(&t).to_vec(), shape)
+}
+
 /// Elements per parallel task of the elementwise kernels.
 const CHUNK: usize = 16 * 1024;
 
@@ -188,14 +204,13 @@ impl Backward<Flex, 1> for GeluBackward {
     ) {
         let x = ops.state.to_contiguous();
         unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
-            let shape = x.layout().shape().clone();
-            let grad = grad.to_contiguous();
-            let (x, grad) = (values(&x), values(&grad));
-            let mut out = vec![0f32; x.len()];
-            out.par_chunks_mut(CHUNK)
-                .zip(x.par_chunks(CHUNK).zip(grad.par_chunks(CHUNK)))
-                .for_each(|(out, (x, grad))| cpu::gelu_backward(x, grad, out));
-            flex_tensor(out, shape)
+            // The incoming gradient is rarely shared: scaled in place, no buffer is made.
+            let mut grad = owned(grad);
+            grad.storage_mut::<f32>()
+                .par_chunks_mut(CHUNK)
+                .zip(values(&x).par_chunks(CHUNK))
+                .for_each(|(grad, x)| cpu::gelu_backward(x, grad));
+            grad
         });
     }
 }
