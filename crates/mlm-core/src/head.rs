@@ -324,7 +324,7 @@ impl MlmHead {
         tied: Option<Tensor<2>>,
         loss: &MaskedCrossEntropy,
     ) -> Result<MlmLossOutput, MlmError> {
-        let rows = loss.chunk_rows(targets.len(), self.vocab_size);
+        let rows = loss.chunk_rows_on(&hidden, targets.len(), self.vocab_size);
         let (Some(rows), false) = (rows, targets.is_empty()) else {
             return loss.forward_targets(self.forward_targets(hidden, targets, tied)?, targets);
         };
