@@ -22,7 +22,7 @@ import sys
 # (group, kind, leaf pattern, stack pattern)
 KINDS = [
     ("zeroing and page faults", "memset of fresh buffers", r"memset", None),
-    ("zeroing and page faults", "page faults and the kernel clearing pages",
+    ("zeroing and page faults", "page faults, the kernel clearing pages, the allocator",
      r"clear_page|page_fault|handle_mm_fault|do_anonymous|zap_|unmap|mmap|free_pages|"
      r"alloc_pages|get_page|folio|lru|__pte|_mi_|mi_malloc|mi_free|malloc|cfree|_int_free",
      r"asm_exc_page_fault|clear_page|__x64_sys_munmap|__x64_sys_mmap|__x64_sys_madvise"),

@@ -36,8 +36,9 @@ pub fn linear<const D: usize>(
         );
     }
     #[cfg(feature = "flex")]
-    if D >= 2 && crate::fused::on_flex(&x, &[x.dtype(), weight.dtype()]) {
-        if bias.as_ref().is_none_or(|b| b.dtype() == x.dtype()) {
+    {
+        let bias_dtype = bias.as_ref().map_or(x.dtype(), |b| b.dtype());
+        if D >= 2 && crate::fused::on_flex(&x, &[x.dtype(), weight.dtype(), bias_dtype]) {
             return crate::fused::flex_linear(x, weight, bias);
         }
     }

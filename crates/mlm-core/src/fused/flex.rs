@@ -434,9 +434,9 @@ struct AttentionState<const N: usize> {
 
 /// Query, key and value of `inputs` (three tensors, or one packed) as the kernel reads them.
 fn qkv_views<const N: usize>(inputs: &[FlexTensor; N], d_model: usize) -> [&[f32]; 3] {
-    match inputs.each_ref().map(values).as_slice() {
-        &[q, k, v] => [q, k, v],
-        &[packed] => [0, 1, 2].map(|i| &packed[i * d_model..]),
+    match *inputs.each_ref().map(values).as_slice() {
+        [q, k, v] => [q, k, v],
+        [packed] => [0, 1, 2].map(|i| &packed[i * d_model..]),
         _ => unreachable!("attention takes three tensors or one packed"),
     }
 }
@@ -527,10 +527,10 @@ fn attention_backward<const N: usize>(
     let shape = inputs[0].layout().shape().clone();
     let mut grads = [(); N].map(|_| vec![0f32; shape.num_elements()]);
     let d_model = dims.d_model;
-    let outputs: [*mut f32; 3] = match grads.each_mut().map(|g| g.as_mut_ptr()).as_slice() {
-        &[dq, dk, dv] => [dq, dk, dv],
+    let outputs: [*mut f32; 3] = match *grads.each_mut().map(|g| g.as_mut_ptr()).as_slice() {
+        [dq, dk, dv] => [dq, dk, dv],
         // SAFETY (of the arithmetic): the packed buffer holds 3·d_model a token.
-        &[packed] => [0, 1, 2].map(|i| unsafe { packed.add(i * d_model) }),
+        [packed] => [0, 1, 2].map(|i| unsafe { packed.add(i * d_model) }),
         _ => unreachable!("attention takes three tensors or one packed"),
     };
     let qkv = qkv_views(&inputs, d_model);
