@@ -11,6 +11,7 @@
 use rayon::prelude::*;
 
 use super::cpu;
+use super::product::{Matrix, product};
 
 /// The loss of a sweep, and the gradients of its summed loss when asked for.
 pub(super) struct Sweep {
@@ -20,81 +21,6 @@ pub(super) struct Sweep {
     pub(super) n_correct: usize,
     /// `∂ loss_sum / ∂ (hidden, weight, bias)`: `[n, d]`, `[vocab, d]`, `[vocab]`.
     pub(super) gradients: Option<[Vec<f32>; 3]>,
-}
-
-/// A row-major matrix in a slice, read as its transpose when `transposed`.
-#[derive(Clone, Copy)]
-struct Matrix<'a> {
-    data: &'a [f32],
-    rows: usize,
-    cols: usize,
-    transposed: bool,
-}
-
-impl<'a> Matrix<'a> {
-    fn new(data: &'a [f32], cols: usize) -> Self {
-        Self {
-            data,
-            rows: data.len() / cols,
-            cols,
-            transposed: false,
-        }
-    }
-
-    fn t(self) -> Self {
-        Self {
-            transposed: !self.transposed,
-            ..self
-        }
-    }
-
-    /// `[rows, cols]` as read, and the strides `(row, column)` of that reading.
-    fn read(&self) -> ([usize; 2], [isize; 2]) {
-        let (r, c) = (self.rows, self.cols as isize);
-        if self.transposed {
-            ([self.cols, r], [1, c])
-        } else {
-            ([r, self.cols], [c, 1])
-        }
-    }
-}
-
-/// `dst = lhs · rhs`, or `dst += lhs · rhs` when `accumulate`; `dst` row-major. On rayon's
-/// pool, as burn-flex's own products.
-///
-/// # Panics
-/// If the shapes do not chain or `dst` is not `lhs.rows × rhs.cols`.
-fn product(dst: &mut [f32], lhs: Matrix, rhs: Matrix, accumulate: bool) {
-    let ([m, k], [lhs_rs, lhs_cs]) = lhs.read();
-    let ([k2, n], [rhs_rs, rhs_cs]) = rhs.read();
-    assert!(
-        k == k2 && dst.len() == m * n,
-        "product of [{m}, {k}] and [{k2}, {n}]"
-    );
-    // SAFETY: the asserts above and `Matrix::new` keep every view inside its slice.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            1,
-            n as isize,
-            accumulate,
-            lhs.data.as_ptr(),
-            lhs_cs,
-            lhs_rs,
-            rhs.data.as_ptr(),
-            rhs_cs,
-            rhs_rs,
-            1.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::Rayon(0),
-        );
-    }
 }
 
 /// The summed cross-entropy of `z = h Wᵀ + b` against `targets`, `chunk_rows` rows at a
@@ -109,7 +35,7 @@ pub(super) fn sweep(
     let (vocab, n) = (b.len(), targets.len());
     let d = w.len() / vocab;
     let rows = chunk_rows.clamp(1, n.max(1));
-    let mut z = vec![0f32; rows * vocab];
+    let mut z = Vec::with_capacity(rows * vocab);
     let mut gradients =
         wants_gradients.then(|| [vec![0f32; n * d], vec![0f32; w.len()], vec![0f32; vocab]]);
     let (mut loss_sum, mut n_correct) = (0f64, 0usize);
@@ -117,22 +43,16 @@ pub(super) fn sweep(
         let c = targets.len();
         let h_c = &h[chunk * rows * d..][..c * d];
         // Logits of the chunk: the bias rows, plus h_c Wᵀ.
-        let z = &mut z[..c * vocab];
-        z.par_chunks_mut(vocab)
-            .for_each(|row| row.copy_from_slice(b));
-        product(z, Matrix::new(h_c, d), Matrix::new(w, d).t(), true);
+        // The bias rows (written, never zeroed first), then the product onto them.
+        z.clear();
+        (0..c).for_each(|_| z.extend_from_slice(b));
+        product(&mut z, Matrix::new(h_c, d), Matrix::new(w, d).t(), true);
         // -log p(true token) per row, and its gradient in the same sweep, written over the
-        // row's logits (read from a copy): one chunk buffer, not two.
+        // row's logits: one chunk buffer, not two.
         let rows_and_targets = z.par_chunks_mut(vocab).zip(targets.par_iter());
         let per_row: Vec<(f32, bool)> = match gradients.is_some() {
             true => rows_and_targets
-                .map_init(
-                    || vec![0f32; vocab],
-                    |logits, (z, &t)| {
-                        logits.copy_from_slice(z);
-                        cpu::cross_entropy_row(logits, t as usize, eps, Some(z))
-                    },
-                )
+                .map(|(z, &t)| cpu::cross_entropy_row_in_place(z, t as usize, eps))
                 .collect(),
             false => rows_and_targets
                 .map(|(z, &t)| cpu::cross_entropy_row(z, t as usize, eps, None))
@@ -142,7 +62,7 @@ pub(super) fn sweep(
         loss_sum += per_row.iter().map(|&(nll, _)| f64::from(nll)).sum::<f64>();
         n_correct += per_row.iter().filter(|&&(_, correct)| correct).count();
         if let Some([dh, dw, db]) = &mut gradients {
-            let g = &*z;
+            let g = &z[..];
             // dh_c = g W; dW += gᵀ h_c; db += Σ_rows g.
             product(
                 &mut dh[chunk * rows * d..][..c * d],

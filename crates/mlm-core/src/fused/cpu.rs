@@ -30,38 +30,66 @@ pub(crate) fn exp(x: f32) -> f32 {
 }
 
 /// One row `z` with true token `target`: returns `(nll, arg-max == target)` and, when
-/// `gradient` is given, writes `∂nll/∂z = softmax(z) − (1 − ε)·onehot − ε/V` into it.
-/// Everything after the maximum is computed on `z − max`, so logits of ±1e4 lose nothing
-/// to cancellation.
+/// `gradient` is given, writes `∂nll/∂z = softmax(z) − (1 − ε)·onehot − ε/V` into it
+/// ([`row_in_place`] on a copy of `z`).
 #[inline(always)]
 fn row(z: &[f32], target: usize, eps: f32, gradient: Option<&mut [f32]>) -> (f32, bool) {
-    let max = row_max(z);
-    let first_max = z.iter().position(|&x| x == max).unwrap_or(0);
-    let (sum_exp, sum_shifted) = match gradient {
-        Some(g) => {
-            let sums = exp_into(z, max, g);
-            let (inv, uniform) = (1.0 / sums.0, eps / z.len() as f32);
-            g.iter_mut().for_each(|x| *x = *x * inv - uniform);
-            g[target] -= 1.0 - eps;
-            sums
-        }
-        None => exp_into(z, max, &mut []),
-    };
+    if let Some(g) = gradient {
+        g.copy_from_slice(z);
+        return row_in_place(g, target, eps);
+    }
+    let (max, first_max) = row_max(z);
+    let sums = exp_sums(z, max);
+    row_loss(sums, z[target] - max, z.len(), eps, first_max == target)
+}
+
+/// [`row`] with the gradient written over the logits `z`: one buffer, not two. Everything
+/// after the maximum is computed on `z − max`, so logits of ±1e4 lose nothing to
+/// cancellation.
+#[inline(always)]
+fn row_in_place(z: &mut [f32], target: usize, eps: f32) -> (f32, bool) {
+    let (max, first_max) = row_max(z);
+    let shifted_target = z[target] - max;
+    let sums = exp_in_place(z, max);
+    let (inv, uniform) = (1.0 / sums.0, eps / z.len() as f32);
+    z.iter_mut().for_each(|x| *x = *x * inv - uniform);
+    z[target] -= 1.0 - eps;
+    row_loss(sums, shifted_target, z.len(), eps, first_max == target)
+}
+
+/// `(nll, correct)` of a row from its sums `(Σ exp(z − max), Σ (z − max))`, its true
+/// token's `z_t − max` and its length.
+#[inline(always)]
+fn row_loss(
+    sums: (f32, f32),
+    shifted_target: f32,
+    len: usize,
+    eps: f32,
+    correct: bool,
+) -> (f32, bool) {
     // -log p_t = log Σ exp(z - max) - (z_t - max); the uniform part uses mean_j (z_j - max).
-    let log_sum_exp = sum_exp.ln();
-    let nll = log_sum_exp - (z[target] - max);
+    let log_sum_exp = sums.0.ln();
+    let nll = log_sum_exp - shifted_target;
     // Without smoothing the uniform part is left out, not multiplied by 0: a -inf logit
     // makes it infinite, and 0 · inf would turn a finite (or +inf) loss into NaN.
     if eps == 0.0 {
-        return (nll, first_max == target);
+        return (nll, correct);
     }
-    let uniform = log_sum_exp - sum_shifted / z.len() as f32;
-    ((1.0 - eps) * nll + eps * uniform, first_max == target)
+    let uniform = log_sum_exp - sums.1 / len as f32;
+    ((1.0 - eps) * nll + eps * uniform, correct)
 }
 
-/// `max_j z_j`, lane-wise (NaN entries are skipped here and surface in the sums).
+/// `max_j z_j`, lane-wise (NaN entries are skipped here and surface in the sums), and the
+/// first position that holds it (0 if none does).
 #[inline(always)]
-fn row_max(z: &[f32]) -> f32 {
+fn row_max(z: &[f32]) -> (f32, usize) {
+    let max = lane_max(z);
+    (max, z.iter().position(|&x| x == max).unwrap_or(0))
+}
+
+/// `max_j z_j`, lane-wise.
+#[inline(always)]
+fn lane_max(z: &[f32]) -> f32 {
     let mut max = [f32::NEG_INFINITY; LANES];
     let chunks = z.chunks_exact(LANES);
     let tail = chunks.remainder();
@@ -75,30 +103,43 @@ fn row_max(z: &[f32]) -> f32 {
         .fold(f32::NEG_INFINITY, |a, &b| a.max(b))
 }
 
-/// `(Σ exp(z − max), Σ (z − max))`, writing `exp(z − max)` into `out` unless it is empty.
+/// `(Σ exp(z − max), Σ (z − max))`.
 #[inline(always)]
-fn exp_into(z: &[f32], max: f32, out: &mut [f32]) -> (f32, f32) {
+fn exp_sums(z: &[f32], max: f32) -> (f32, f32) {
     let (mut sum_exp, mut sum_shifted) = ([0f32; LANES], [0f32; LANES]);
-    let mut lane = [0f32; LANES];
     let done = z.len() / LANES * LANES;
-    for (c, x) in z.chunks_exact(LANES).enumerate() {
+    for x in z.chunks_exact(LANES) {
         for j in 0..LANES {
-            lane[j] = exp(x[j] - max);
-            sum_exp[j] += lane[j];
+            sum_exp[j] += exp(x[j] - max);
             sum_shifted[j] += x[j] - max;
         }
-        if !out.is_empty() {
-            out[c * LANES..(c + 1) * LANES].copy_from_slice(&lane);
+    }
+    let tail = z[done..].iter().map(|&x| (exp(x - max), x - max));
+    tail.fold(
+        (sum_exp.iter().sum(), sum_shifted.iter().sum()),
+        |(e, s), (v, x)| (e + v, s + x),
+    )
+}
+
+/// [`exp_sums`], with `exp(z − max)` written over `z` (the same sums, in the same order).
+#[inline(always)]
+fn exp_in_place(z: &mut [f32], max: f32) -> (f32, f32) {
+    let (mut sum_exp, mut sum_shifted) = ([0f32; LANES], [0f32; LANES]);
+    let done = z.len() / LANES * LANES;
+    for x in z.chunks_exact_mut(LANES) {
+        for j in 0..LANES {
+            let shifted = x[j] - max;
+            x[j] = exp(shifted);
+            sum_exp[j] += x[j];
+            sum_shifted[j] += shifted;
         }
     }
     let (mut e, mut s): (f32, f32) = (sum_exp.iter().sum(), sum_shifted.iter().sum());
-    for (i, &x) in z.iter().enumerate().skip(done) {
-        let v = exp(x - max);
-        if !out.is_empty() {
-            out[i] = v;
-        }
-        e += v;
-        s += x - max;
+    for x in &mut z[done..] {
+        let shifted = *x - max;
+        *x = exp(shifted);
+        e += *x;
+        s += shifted;
     }
     (e, s)
 }
@@ -181,7 +222,7 @@ fn lane_dot(a: &[f32], b: &[f32]) -> f32 {
 #[inline(always)]
 fn softmax_slice(scores: &mut [f32], bias: &[f32]) {
     scores.iter_mut().zip(bias).for_each(|(s, &b)| *s += b);
-    let max = row_max(scores);
+    let max = lane_max(scores);
     scores.iter_mut().for_each(|s| {
         let x = *s - max;
         *s = if x < -87.0 { 0.0 } else { exp(x) };
@@ -288,6 +329,12 @@ multiversion! {
     pub(crate) fn cross_entropy_row(
         z: &[f32], target: usize, eps: f32, gradient: Option<&mut [f32]>
     ) -> (f32, bool) = row;
+}
+
+multiversion! {
+    /// One row of the fused cross-entropy, its gradient written over the logits
+    /// ([`row_in_place`]).
+    pub(crate) fn cross_entropy_row_in_place(z: &mut [f32], target: usize, eps: f32) -> (f32, bool) = row_in_place;
 }
 
 multiversion! {

@@ -161,6 +161,8 @@ mod attention;
 mod chunked;
 #[cfg(feature = "flex")]
 mod linear;
+#[cfg(feature = "flex")]
+mod product;
 // The kernels' arithmetic: used by the flex kernels, and tested on its own.
 #[cfg(any(feature = "flex", test))]
 mod cpu;

@@ -298,7 +298,8 @@ mod tests {
     use super::*;
 
     fn by_clock(budget: f64) -> TrainConfig {
-        TrainConfig::new("corpus".into()).with_time_budget_seconds(Some(budget))
+        let config = TrainConfig::new("corpus".into()).with_max_steps(2000);
+        config.with_time_budget_seconds(Some(budget))
     }
 
     fn message(result: Result<Settings, TrainError>) -> String {
@@ -350,7 +351,7 @@ mod tests {
             text.contains("trains by the clock (a time budget of 5m)"),
             "{text}"
         );
-        let by_steps = || TrainConfig::new("corpus".into());
+        let by_steps = || TrainConfig::new("corpus".into()).with_max_steps(2000);
         let text = message(Settings::reopen(by_steps(), path, at, None, Some(600.0)));
         assert!(
             text.contains("trains by step count (to max_steps 2000)"),

@@ -238,7 +238,7 @@ mod tests {
     /// the clock.
     #[test]
     fn a_linear_decay_over_all_but_the_warm_up_is_the_linear_schedule() {
-        let linear = TrainConfig::new("corpus".into());
+        let linear = TrainConfig::new("corpus".into()).with_max_steps(2000);
         let wsd = linear
             .clone()
             .with_lr_schedule(LrSchedule::WarmupStableDecay)
@@ -257,7 +257,7 @@ mod tests {
 
     #[test]
     fn the_warm_up_share_of_a_run_by_the_clock_is_that_of_a_run_by_step_count() {
-        let config = TrainConfig::new("corpus".into());
+        let config = TrainConfig::new("corpus".into()).with_max_steps(2000);
         assert_eq!(config.warmup_fraction(), 100.0 / 2000.0);
         // The same shape: the step schedule at step s is the clock schedule at s / max_steps.
         for step in [1, 50, 100, 101, 1000, 1999, 2000] {

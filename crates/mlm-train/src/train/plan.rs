@@ -74,7 +74,7 @@ mod tests {
 
     /// log every 10, evaluate and checkpoint every 200, 2 000 steps.
     fn config() -> TrainConfig {
-        TrainConfig::new("corpus".into())
+        TrainConfig::new("corpus".into()).with_max_steps(2000)
     }
 
     fn out(step: usize) -> StepOutput {
