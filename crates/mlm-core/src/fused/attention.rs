@@ -133,7 +133,10 @@ pub(super) fn forward(
     dims: Dims,
 ) -> (Vec<f32>, Vec<f32>) {
     let (seq, stride) = (dims.seq, dims.qkv_stride);
-    let mut context = vec![0f32; dims.batch * seq * dims.d_model];
+    // Every head's block of the context is written (not read) by its task's second product:
+    // the buffer is not zeroed first.
+    let context_len = dims.batch * seq * dims.d_model;
+    let mut context = Vec::with_capacity(context_len);
     let mut probs = vec![0f32; dims.batch * dims.heads * seq * seq];
     let out = Out(context.as_mut_ptr());
     probs
@@ -166,11 +169,13 @@ pub(super) fn forward(
                 )
             };
         });
+    // SAFETY: the tasks above wrote every block of the context's `context_len` values.
+    unsafe { context.set_len(context_len) };
     (context, probs)
 }
 
 /// `[∂q, ∂k, ∂v]` into `d_qkv` (each `[batch, seq, _]` at [`Dims::qkv_stride`], every
-/// element written), from what [`forward`] saw and returned (`probs`) and the gradient of
+/// element written, none read: the buffers need no zeroing), from what [`forward`] saw and returned (`probs`) and the gradient of
 /// its context `d_context` `[batch, seq, d_model]`.
 ///
 /// # Safety

@@ -525,7 +525,8 @@ fn attention_backward<const N: usize>(
         dims,
     } = state;
     let shape = inputs[0].layout().shape().clone();
-    let mut grads = [(); N].map(|_| vec![0f32; shape.num_elements()]);
+    let len = shape.num_elements();
+    let mut grads: [Vec<f32>; N] = [(); N].map(|_| Vec::with_capacity(len));
     let d_model = dims.d_model;
     let outputs: [*mut f32; 3] = match *grads.each_mut().map(|g| g.as_mut_ptr()).as_slice() {
         [dq, dk, dv] => [dq, dk, dv],
@@ -534,9 +535,12 @@ fn attention_backward<const N: usize>(
         _ => unreachable!("attention takes three tensors or one packed"),
     };
     let qkv = qkv_views(&inputs, d_model);
-    // SAFETY: `grads` hold `[batch, seq, d_model]` at the stride `dims` states, and
-    // nothing else touches them during the call.
-    unsafe { attention::backward(qkv, values(&probs), values(&d_context), dims, outputs) };
+    // SAFETY: `grads` hold room for `[batch, seq, d_model]` at the stride `dims` states,
+    // nothing else touches them during the call, and it writes every value before `set_len`.
+    unsafe {
+        attention::backward(qkv, values(&probs), values(&d_context), dims, outputs);
+        grads.iter_mut().for_each(|grad| grad.set_len(len));
+    }
     grads.map(|grad| flex_tensor(grad, shape.clone()))
 }
 
