@@ -172,20 +172,31 @@ fn normal_cdf(x: f32) -> f32 {
     0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
-/// `y = x Φ(x)` elementwise (GELU, Hendrycks & Gimpel 2016, in BERT's erf form).
+/// `y = x Φ(x)` elementwise (GELU, Hendrycks & Gimpel 2016, in BERT's erf form), and `Φ(x)`
+/// into `cdf` when given (its backward's costlier half, kept rather than computed again).
 #[inline(always)]
-fn gelu_slice(x: &[f32], y: &mut [f32]) {
-    for (y, &x) in y.iter_mut().zip(x) {
-        *y = x * normal_cdf(x);
+fn gelu_slice(x: &[f32], y: &mut [f32], cdf: Option<&mut [f32]>) {
+    match cdf {
+        Some(cdf) => {
+            for ((y, c), &x) in y.iter_mut().zip(cdf).zip(x) {
+                *c = normal_cdf(x);
+                *y = x * *c;
+            }
+        }
+        None => y
+            .iter_mut()
+            .zip(x)
+            .for_each(|(y, &x)| *y = x * normal_cdf(x)),
     }
 }
 
-/// `grad ← grad · (Φ(x) + x φ(x))`, `φ(x) = exp(−x²/2)/√(2π)`: GELU's exact derivative.
+/// `grad ← grad · (Φ(x) + x φ(x))`, `φ(x) = exp(−x²/2)/√(2π)`: GELU's exact derivative, `Φ(x)`
+/// given (`cdf`, as [`gelu_slice`] wrote it).
 #[inline(always)]
-fn gelu_backward_slice(x: &[f32], grad: &mut [f32]) {
+fn gelu_backward_slice(x: &[f32], cdf: &[f32], grad: &mut [f32]) {
     const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
-    for (g, &x) in grad.iter_mut().zip(x) {
-        *g *= normal_cdf(x) + x * FRAC_1_SQRT_2PI * exp(-0.5 * x * x);
+    for ((g, &x), &c) in grad.iter_mut().zip(x).zip(cdf) {
+        *g *= c + x * FRAC_1_SQRT_2PI * exp(-0.5 * x * x);
     }
 }
 
@@ -338,13 +349,13 @@ multiversion! {
 }
 
 multiversion! {
-    /// GELU of `x` into `y` (same length).
-    pub(crate) fn gelu(x: &[f32], y: &mut [f32]) -> () = gelu_slice;
+    /// GELU of `x` into `y`, and `Φ(x)` into `cdf` if given (all the same length).
+    pub(crate) fn gelu(x: &[f32], y: &mut [f32], cdf: Option<&mut [f32]>) -> () = gelu_slice;
 }
 
 multiversion! {
-    /// `grad ← grad · GELU'(x)` (both the same length).
-    pub(crate) fn gelu_backward(x: &[f32], grad: &mut [f32]) -> () = gelu_backward_slice;
+    /// `grad ← grad · GELU'(x)` from `x` and its `Φ(x)` (all the same length).
+    pub(crate) fn gelu_backward(x: &[f32], cdf: &[f32], grad: &mut [f32]) -> () = gelu_backward_slice;
 }
 
 multiversion! {

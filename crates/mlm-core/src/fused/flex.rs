@@ -170,7 +170,7 @@ const CHUNK: usize = 16 * 1024;
 /// and under autodiff one operation whose backward is `grad · GELU'(x)`.
 pub(crate) fn flex_gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     match route(&x, &[x.dtype()]) {
-        Route::Plain => Tensor::from_primitive::<Flex>(gelu(&plain(x))),
+        Route::Plain => Tensor::from_primitive::<Flex>(gelu(&plain(x), false).0),
         Route::Tracked(strategy) => with_strategy!(strategy, |C| tracked_gelu::<C, D>(x)),
         Route::Other => unreachable!("flex_gelu off flex: the caller checks on_flex"),
     }
@@ -182,19 +182,20 @@ where
     DispatchTensor: DispatchKindConversion<Autodiff<Flex, C>>,
 {
     let (values, node) = tracked_parts::<C, D>(x);
+    let values = values.to_contiguous(); // the backward reads it as a slice
     let y = record::<C, 1, _>(GeluBackward, [node], |tracked| {
-        let y = gelu(&values);
-        (y, tracked.then_some(values))
+        let (y, cdf) = gelu(&values, tracked);
+        (y, cdf.map(|cdf| (values, cdf)))
     });
     from_tracked::<C, D>(y)
 }
 
-/// GELU's backward: its state is the input `x`.
+/// GELU's backward: its state is the input `x` and `Φ(x)`.
 #[derive(Debug)]
 struct GeluBackward;
 
 impl Backward<Flex, 1> for GeluBackward {
-    type State = FlexTensor;
+    type State = (FlexTensor, FlexTensor);
 
     fn backward(
         self,
@@ -202,29 +203,43 @@ impl Backward<Flex, 1> for GeluBackward {
         grads: &mut Gradients,
         _checkpointer: &mut Checkpointer,
     ) {
-        let x = ops.state.to_contiguous();
+        let (x, cdf) = ops.state;
         unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
             // The incoming gradient is rarely shared: scaled in place, no buffer is made.
             let mut grad = owned(grad);
             grad.storage_mut::<f32>()
                 .par_chunks_mut(CHUNK)
-                .zip(values(&x).par_chunks(CHUNK))
-                .for_each(|(grad, x)| cpu::gelu_backward(x, grad));
+                .zip(
+                    values(&x)
+                        .par_chunks(CHUNK)
+                        .zip(values(&cdf).par_chunks(CHUNK)),
+                )
+                .for_each(|(grad, (x, cdf))| cpu::gelu_backward(x, cdf, grad));
             grad
         });
     }
 }
 
-/// GELU of a `Flex` tensor, in parallel chunks.
-fn gelu(x: &FlexTensor) -> FlexTensor {
+/// GELU of a `Flex` tensor, in parallel chunks, and its `Φ(x)` when `keep_cdf` (for the
+/// backward).
+fn gelu(x: &FlexTensor, keep_cdf: bool) -> (FlexTensor, Option<FlexTensor>) {
     let x = x.to_contiguous();
     let shape = x.layout().shape().clone();
     let x = values(&x);
     let mut y = vec![0f32; x.len()];
-    y.par_chunks_mut(CHUNK)
-        .zip(x.par_chunks(CHUNK))
-        .for_each(|(y, x)| cpu::gelu(x, y));
-    flex_tensor(y, shape)
+    let mut cdf = keep_cdf.then(|| vec![0f32; x.len()]);
+    match &mut cdf {
+        Some(cdf) => y
+            .par_chunks_mut(CHUNK)
+            .zip(cdf.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)))
+            .for_each(|(y, (cdf, x))| cpu::gelu(x, y, Some(cdf))),
+        None => y
+            .par_chunks_mut(CHUNK)
+            .zip(x.par_chunks(CHUNK))
+            .for_each(|(y, x)| cpu::gelu(x, y, None)),
+    }
+    let cdf = cdf.map(|cdf| flex_tensor(cdf, shape.clone()));
+    (flex_tensor(y, shape), cdf)
 }
 
 /// The fused cross-entropy of `f32` logits on `Flex` or `Autodiff<Flex, C>` ([`on_flex`]).
