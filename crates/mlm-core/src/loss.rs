@@ -348,6 +348,7 @@ impl MaskedCrossEntropy {
     /// for the logits and their gradient, the bias under the product, no zeroed outputs
     /// (the main job's training step, 8 192 columns and 614 rows: 0.95× the whole logits'
     /// time on a 2-core Zen 4, `docs/PERFORMANCE.md`).
+    #[cfg_attr(not(feature = "flex"), allow(unused_variables))]
     pub(crate) fn chunk_rows_on<const D: usize>(
         &self,
         hidden: &Tensor<D>,
@@ -362,7 +363,6 @@ impl MaskedCrossEntropy {
         {
             return Some(n_rows.max(1));
         }
-        let _ = hidden;
         rows
     }
 

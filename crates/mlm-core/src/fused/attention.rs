@@ -175,8 +175,8 @@ pub(super) fn forward(
 }
 
 /// `[∂q, ∂k, ∂v]` into `d_qkv` (each `[batch, seq, _]` at [`Dims::qkv_stride`], every
-/// element written, none read: the buffers need no zeroing), from what [`forward`] saw and returned (`probs`) and the gradient of
-/// its context `d_context` `[batch, seq, d_model]`.
+/// element written, none read: the buffers need no zeroing), from what [`forward`] saw and
+/// returned (`probs`) and the gradient of its context `d_context` `[batch, seq, d_model]`.
 ///
 /// # Safety
 /// Each of `d_qkv` must point to a live buffer that holds its `[batch, seq, d_model]` at

@@ -42,8 +42,7 @@ pub(super) fn sweep(
     for (chunk, targets) in targets.chunks(rows).enumerate() {
         let c = targets.len();
         let h_c = &h[chunk * rows * d..][..c * d];
-        // Logits of the chunk: the bias rows, plus h_c Wᵀ.
-        // The bias rows (written, never zeroed first), then the product onto them.
+        // Logits of the chunk: the bias rows (written, never zeroed first), plus h_c Wᵀ.
         z.clear();
         (0..c).for_each(|_| z.extend_from_slice(b));
         product(&mut z, Matrix::new(h_c, d), Matrix::new(w, d).t(), true);
