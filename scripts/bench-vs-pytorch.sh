@@ -56,13 +56,16 @@ if [ "$what" = all ] || [ "$what" = step ]; then
         ours_json+=("$out/ours-step-$round.json") theirs_json+=("$out/theirs-step-$round.json")
     done
     # Where the time goes, ours and PyTorch's gathered step: perf over both cores (idle
-    # included), after 3 s of set-up and warm-up. Skipped where perf cannot record.
+    # included), after 3 s of set-up and warm-up. Skipped where perf cannot record. Its ring
+    # buffers are 32 MiB a core (-m 8192 pages), so perf wakes to write a few dozen times, not
+    # thousands: each wake-up interrupted a busy core (reschedule IPIs, up to 3 % of the
+    # samples, counted as hand-offs of the profiled process).
     profiles=()
     if perf record -a -o /dev/null true 2>/dev/null; then
         for who in ours theirs; do
             run=("${ours[@]}" --timed-steps 60 --json "$out/profiled.json")
             [ $who = theirs ] && run=("${theirs[@]}" --steps 60 --variants gathered)
-            perf record -a -D 3000 -F 499 --call-graph dwarf,32768 -o "$out/perf-$who.data" \
+            perf record -a -m 8192 -D 3000 -F 499 --call-graph dwarf,32768 -o "$out/perf-$who.data" \
                 "${run[@]}" > /dev/null 2>&1
             perf script -i "$out/perf-$who.data" -F pid,comm,ip,sym --no-inline 2>/dev/null |
                 python3 scripts/peers/profile_by_kind.py --json "$out/profile-$who.json" \

@@ -7,8 +7,9 @@ The process is the pid with the most samples; other processes' samples are dropp
 idle task's (`swapper`, pid 0) count as cores waiting. Each sample goes to the first kind
 below whose leaf pattern matches the function the core was in, else to the first kind whose
 stack pattern matches a frame of its stack, else to "other". So a `memset` or page fault under
-a matmul's output allocation counts as zeroing, not as the product, and a thread parked inside
-gemm's parallel loop as a hand-off. Prints the four groups the step is judged by (products;
+a matmul's output allocation counts as zeroing, not as the product, a thread parked inside
+gemm's parallel loop as a hand-off, and gemm's own loop over its tiles (inlined into a
+thread-local access, `LocalKey::with`, whose name says nothing) as the product. Prints the four groups the step is judged by (products;
 zeroing and page faults; elementwise kernels; thread hand-offs and idle cores) and the kinds
 within them, as a Markdown table.
 """
@@ -32,7 +33,8 @@ KINDS = [
      r"crossbeam|wait_until|syscall|SYSCALL|irqentry|exit_to_user|\[unknown\]|kmp_|gomp_|"
      r"omp_|__sched|pthread_cond|sem_", None),
     ("products", "matrix products (gemm, packing included)",
-     r"gemm|sgemm|mkl_blas|mkl_|dnnl|brgemm|jit_|cblas", None),
+     r"gemm|sgemm|mkl_blas|mkl_|dnnl|brgemm|jit_|cblas",
+     r"gemm_common::gemm::gemm_basic_generic|mkl_blas"),
     ("elementwise kernels", "loss (fused cross-entropy)", r"cross_entropy", r"cross_entropy"),
     ("elementwise kernels", "GELU", r"gelu|Gelu", r"gelu|Gelu"),
     ("elementwise kernels", "LayerNorm", r"layer_norm|LayerNorm", r"layer_norm"),

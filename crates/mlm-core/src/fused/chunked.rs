@@ -1,17 +1,18 @@
 //! The decoder and the cross-entropy over chunks of rows, on contiguous `f32` data: the
 //! logits of one chunk exist at a time, never the whole `[n, vocab]`.
 //!
-//! Per chunk of `c` rows: `z = b + h_c Wᵀ` (one product onto the bias rows), each row's
+//! Per chunk of `c` rows: `h_c Wᵀ` (one product), then per row `z = b + h_c Wᵀ`, its
 //! `-log p(true token)` and its gradient `g = softmax − onehot` in one sweep (the fused row
-//! kernel, [`cpu::cross_entropy_row`], over the logits in place), then `dh_c = g W`,
-//! `dW += gᵀ h_c` (a product accumulating in place) and `db += Σ_rows g`. The gradients are made in the forward, as
+//! kernel, [`cpu::cross_entropy_row_in_place`], over the row in place) and `db += g` while
+//! the row is in cache; then `dh_c = g W` and `dW += gᵀ h_c` (a product accumulating in
+//! place). The gradients are made in the forward, as
 //! Liger-Kernel's fused linear cross-entropy does (Hsu et al. 2024, §3.2): the backward
 //! then only scales them, and no logit is computed twice.
 
 use rayon::prelude::*;
 
 use super::cpu;
-use super::product::{Matrix, product};
+use super::product::{Matrix, product, product_extend};
 
 /// The loss of a sweep, and the gradients of its summed loss when asked for.
 pub(super) struct Sweep {
@@ -35,54 +36,40 @@ pub(super) fn sweep(
     let (vocab, n) = (b.len(), targets.len());
     let d = w.len() / vocab;
     let rows = chunk_rows.clamp(1, n.max(1));
+    // Every buffer is written by gemm or a sweep before it is read: none is zeroed first.
     let mut z = Vec::with_capacity(rows * vocab);
-    let mut gradients =
-        wants_gradients.then(|| [vec![0f32; n * d], vec![0f32; w.len()], vec![0f32; vocab]]);
+    let mut gradients = wants_gradients.then(|| [n * d, w.len(), vocab].map(Vec::with_capacity));
     let (mut loss_sum, mut n_correct) = (0f64, 0usize);
     for (chunk, targets) in targets.chunks(rows).enumerate() {
-        let c = targets.len();
-        let h_c = &h[chunk * rows * d..][..c * d];
-        // Logits of the chunk: the bias rows (written, never zeroed first), plus h_c Wᵀ.
+        let h_c = &h[chunk * rows * d..][..targets.len() * d];
+        // h_c Wᵀ; the row kernel adds the bias as it reads each row for its maximum.
         z.clear();
-        (0..c).for_each(|_| z.extend_from_slice(b));
-        product(&mut z, Matrix::new(h_c, d), Matrix::new(w, d).t(), true);
-        // -log p(true token) per row, and its gradient in the same sweep, written over the
-        // row's logits: one chunk buffer, not two.
-        let rows_and_targets = z.par_chunks_mut(vocab).zip(targets.par_iter());
-        let per_row: Vec<(f32, bool)> = match gradients.is_some() {
-            true => rows_and_targets
-                .map(|(z, &t)| cpu::cross_entropy_row_in_place(z, t as usize, eps))
-                .collect(),
-            false => rows_and_targets
-                .map(|(z, &t)| cpu::cross_entropy_row(z, t as usize, eps, None))
-                .collect(),
-        };
+        product_extend(&mut z, Matrix::new(h_c, d), Matrix::new(w, d).t());
+        let blocks = rows_in_blocks(&mut z, b, targets, eps, gradients.is_some());
         // Summed in row order: the same loss on every run, whatever the threads did.
-        loss_sum += per_row.iter().map(|&(nll, _)| f64::from(nll)).sum::<f64>();
-        n_correct += per_row.iter().filter(|&&(_, correct)| correct).count();
+        let per_row = blocks.iter().flat_map(|block| &block.per_row);
+        loss_sum += per_row.clone().map(|&(nll, _)| f64::from(nll)).sum::<f64>();
+        n_correct += per_row.filter(|&&(_, correct)| correct).count();
         if let Some([dh, dw, db]) = &mut gradients {
-            let g = &z[..];
-            // dh_c = g W; dW += gᵀ h_c; db += Σ_rows g.
-            product(
-                &mut dh[chunk * rows * d..][..c * d],
-                Matrix::new(g, vocab),
-                Matrix::new(w, d),
-                false,
-            );
-            // The first chunk writes dW, the others add to it.
-            product(
-                dw,
-                Matrix::new(g, vocab).t(),
-                Matrix::new(h_c, d),
-                chunk > 0,
-            );
-            db.par_chunks_mut(CHUNK).enumerate().for_each(|(i, db)| {
-                for row in g.chunks(vocab) {
-                    let row = &row[i * CHUNK..][..db.len()];
-                    db.iter_mut().zip(row).for_each(|(db, g)| *db += g);
+            let g = Matrix::new(&z, vocab);
+            // dh_c = g W; dW (+)= gᵀ h_c, written by the first chunk; db += Σ_blocks.
+            product_extend(dh, g, Matrix::new(w, d));
+            match chunk {
+                0 => product_extend(dw, g.t(), Matrix::new(h_c, d)),
+                _ => product(dw, g.t(), Matrix::new(h_c, d), true),
+            }
+            for block_sum in blocks.into_iter().filter_map(|block| block.bias_grad) {
+                match db.is_empty() {
+                    true => *db = block_sum,
+                    false => cpu::add_assign(db, &block_sum),
                 }
-            });
+            }
         }
+    }
+    if let Some([_, dw, db]) = &mut gradients {
+        // No rows at all: zero gradients, as the loss is 0.
+        dw.resize(w.len(), 0.0);
+        db.resize(vocab, 0.0);
     }
     Sweep {
         loss_sum,
@@ -91,8 +78,51 @@ pub(super) fn sweep(
     }
 }
 
-/// Bias entries per parallel task.
-const CHUNK: usize = 4096;
+/// Rows per task of the row kernel. Fixed, so the bias gradient sums its rows in the same
+/// order (rows within a block, then blocks) on any number of threads.
+const BLOCK_ROWS: usize = 16;
+
+/// One block of rows after the row kernel: each row's `(nll, correct)`, and with gradients
+/// the block's sum of them, `[vocab]`.
+struct Block {
+    per_row: Vec<(f32, bool)>,
+    bias_grad: Option<Vec<f32>>,
+}
+
+/// The row kernel over `z` `[rows, vocab]` plus the bias, in blocks of [`BLOCK_ROWS`]: each
+/// row's logits and then (with `gradient`) its gradient written over it, and the gradient
+/// summed over the block while its rows are still in cache.
+fn rows_in_blocks(
+    z: &mut [f32],
+    bias: &[f32],
+    targets: &[i64],
+    eps: f32,
+    gradient: bool,
+) -> Vec<Block> {
+    let vocab = bias.len();
+    let blocks = z.par_chunks_mut(BLOCK_ROWS * vocab);
+    blocks
+        .zip(targets.par_chunks(BLOCK_ROWS))
+        .map(|(z, targets)| {
+            let mut bias_grad: Option<Vec<f32>> = None;
+            let per_row = z.chunks_mut(vocab).zip(targets);
+            let per_row = per_row.map(|(z, &t)| {
+                let row = cpu::cross_entropy_row_in_place(z, bias, t as usize, eps, gradient);
+                match (&mut bias_grad, gradient) {
+                    (_, false) => {}
+                    (None, true) => bias_grad = Some(z.to_vec()),
+                    (Some(sum), true) => cpu::add_assign(sum, z),
+                }
+                row
+            });
+            let per_row = per_row.collect();
+            Block {
+                per_row,
+                bias_grad,
+            }
+        })
+        .collect()
+}
 
 #[cfg(test)]
 mod tests {

@@ -7,6 +7,8 @@
 //! - [`gelu`] and [`gelu_backward`] over slices: GELU in its erf form and its exact
 //!   derivative times the incoming gradient.
 
+use std::mem::MaybeUninit;
+
 const LANES: usize = 16;
 
 /// `exp(x)` to about 2 ulp for `x ≤ 88` (Cephes' `expf`: `2^n · p(r)`, `r = x − n ln 2`,
@@ -36,25 +38,38 @@ pub(crate) fn exp(x: f32) -> f32 {
 fn row(z: &[f32], target: usize, eps: f32, gradient: Option<&mut [f32]>) -> (f32, bool) {
     if let Some(g) = gradient {
         g.copy_from_slice(z);
-        return row_in_place(g, target, eps);
+        return row_in_place(g, &[], target, eps, true);
     }
-    let (max, first_max) = row_max(z);
+    let max = lane_max(z);
     let sums = exp_sums(z, max);
-    row_loss(sums, z[target] - max, z.len(), eps, first_max == target)
+    row_loss(sums, z[target] - max, z.len(), eps, is_first_max(z, max, target))
 }
 
-/// [`row`] with the gradient written over the logits `z`: one buffer, not two. Everything
+/// [`row`] of the logits `z + bias` (`bias` empty: none), which are written over `z`, and
+/// with `gradient` the gradient too, written over them: one buffer, not two. Everything
 /// after the maximum is computed on `z − max`, so logits of ±1e4 lose nothing to
 /// cancellation.
 #[inline(always)]
-fn row_in_place(z: &mut [f32], target: usize, eps: f32) -> (f32, bool) {
-    let (max, first_max) = row_max(z);
-    let shifted_target = z[target] - max;
+fn row_in_place(
+    z: &mut [f32],
+    bias: &[f32],
+    target: usize,
+    eps: f32,
+    gradient: bool,
+) -> (f32, bool) {
+    let max = match bias.is_empty() {
+        true => lane_max(z),
+        false => add_and_max(z, bias),
+    };
+    let (shifted_target, correct) = (z[target] - max, is_first_max(z, max, target));
+    if !gradient {
+        return row_loss(exp_sums(z, max), shifted_target, z.len(), eps, correct);
+    }
     let sums = exp_in_place(z, max);
     let (inv, uniform) = (1.0 / sums.0, eps / z.len() as f32);
     z.iter_mut().for_each(|x| *x = *x * inv - uniform);
     z[target] -= 1.0 - eps;
-    row_loss(sums, shifted_target, z.len(), eps, first_max == target)
+    row_loss(sums, shifted_target, z.len(), eps, correct)
 }
 
 /// `(nll, correct)` of a row from its sums `(Σ exp(z − max), Σ (z − max))`, its true
@@ -79,12 +94,34 @@ fn row_loss(
     ((1.0 - eps) * nll + eps * uniform, correct)
 }
 
-/// `max_j z_j`, lane-wise (NaN entries are skipped here and surface in the sums), and the
-/// first position that holds it (0 if none does).
+/// Whether `target` is the first position holding `max` (the arg-max, ties to the first):
+/// `z_target = max` and no earlier entry equals it, compared a lane block at a time.
 #[inline(always)]
-fn row_max(z: &[f32]) -> (f32, usize) {
-    let max = lane_max(z);
-    (max, z.iter().position(|&x| x == max).unwrap_or(0))
+fn is_first_max(z: &[f32], max: f32, target: usize) -> bool {
+    let before = &z[..target];
+    z[target] == max
+        && !before
+            .chunks(LANES)
+            .any(|block| block.iter().fold(false, |seen, &x| seen | (x == max)))
+}
+
+/// `z ← z + bias` (same length), returning `max_j z_j` lane-wise as [`lane_max`] does.
+#[inline(always)]
+fn add_and_max(z: &mut [f32], bias: &[f32]) -> f32 {
+    let mut max = [f32::NEG_INFINITY; LANES];
+    let done = z.len() / LANES * LANES;
+    for (z, b) in z.chunks_exact_mut(LANES).zip(bias.chunks_exact(LANES)) {
+        for j in 0..LANES {
+            z[j] += b[j];
+            max[j] = if z[j] > max[j] { z[j] } else { max[j] };
+        }
+    }
+    let mut max = max.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    for (z, &b) in z[done..].iter_mut().zip(&bias[done..]) {
+        *z += b;
+        max = max.max(*z);
+    }
+    max
 }
 
 /// `max_j z_j`, lane-wise.
@@ -174,19 +211,21 @@ fn normal_cdf(x: f32) -> f32 {
 
 /// `y = x Φ(x)` elementwise (GELU, Hendrycks & Gimpel 2016, in BERT's erf form), and `Φ(x)`
 /// into `cdf` when given (its backward's costlier half, kept rather than computed again).
+/// Both are written whole, never read: fresh memory needs no zeroing.
 #[inline(always)]
-fn gelu_slice(x: &[f32], y: &mut [f32], cdf: Option<&mut [f32]>) {
+fn gelu_slice(x: &[f32], y: &mut [MaybeUninit<f32>], cdf: Option<&mut [MaybeUninit<f32>]>) {
     match cdf {
         Some(cdf) => {
             for ((y, c), &x) in y.iter_mut().zip(cdf).zip(x) {
-                *c = normal_cdf(x);
-                *y = x * *c;
+                let phi = normal_cdf(x);
+                c.write(phi);
+                y.write(x * phi);
             }
         }
         None => y
             .iter_mut()
             .zip(x)
-            .for_each(|(y, &x)| *y = x * normal_cdf(x)),
+            .for_each(|(y, &x)| _ = y.write(x * normal_cdf(x))),
     }
 }
 
@@ -197,6 +236,21 @@ fn gelu_backward_slice(x: &[f32], cdf: &[f32], grad: &mut [f32]) {
     const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
     for ((g, &x), &c) in grad.iter_mut().zip(x).zip(cdf) {
         *g *= c + x * FRAC_1_SQRT_2PI * exp(-0.5 * x * x);
+    }
+}
+
+/// `dst ← dst + src` (same length).
+#[inline(always)]
+fn add_slice(dst: &mut [f32], src: &[f32]) {
+    dst.iter_mut().zip(src).for_each(|(d, &s)| *d += s);
+}
+
+/// `dst ← dst + Σ_rows row[offset..offset + dst.len()]` over the rows of `stride` values
+/// in `rows`, one row after another.
+#[inline(always)]
+fn add_rows_slice(dst: &mut [f32], rows: &[f32], stride: usize, offset: usize) {
+    for row in rows.chunks_exact(stride.max(1)) {
+        add_slice(dst, &row[offset..][..dst.len()]);
     }
 }
 
@@ -251,47 +305,47 @@ fn softmax_backward_slice(p: &[f32], d: &mut [f32]) {
 }
 
 /// One row of LayerNorm: `y = x̂ γ + β` with `x̂ = (x − μ) r`, `r = 1/√(σ² + ε)` (`σ²` the
-/// biased variance, computed from `x − μ`, not as `E[x²] − μ²`); writes `x̂` too and returns
-/// `r`.
+/// biased variance, computed from `x − μ`, not as `E[x²] − μ²`); writes `x̂` too (both
+/// whole, never read) and returns `r`.
 #[inline(always)]
 fn layer_norm_slice(
     x: &[f32],
     gamma: &[f32],
     beta: &[f32],
     eps: f32,
-    y: &mut [f32],
-    x_hat: &mut [f32],
+    y: &mut [MaybeUninit<f32>],
+    x_hat: &mut [MaybeUninit<f32>],
 ) -> f32 {
     let n = x.len() as f32;
     let mean = lane_sum(x) / n;
-    x_hat.iter_mut().zip(x).for_each(|(c, &x)| *c = x - mean);
     let mut squares = [0f32; LANES];
-    let chunks = x_hat.chunks_exact(LANES);
-    let tail: f32 = chunks.remainder().iter().map(|c| c * c).sum();
+    let chunks = x.chunks_exact(LANES);
+    let tail: f32 = chunks.remainder().iter().map(|x| (x - mean) * (x - mean)).sum();
     for chunk in chunks {
         for j in 0..LANES {
-            squares[j] += chunk[j] * chunk[j];
+            squares[j] += (chunk[j] - mean) * (chunk[j] - mean);
         }
     }
     let variance = (squares.iter().sum::<f32>() + tail) / n;
     let r = 1.0 / (variance + eps).sqrt();
-    for (((y, c), &g), &b) in y.iter_mut().zip(x_hat.iter_mut()).zip(gamma).zip(beta) {
-        *c *= r;
-        *y = *c * g + b;
+    let outputs = y.iter_mut().zip(x_hat.iter_mut());
+    for (((y, c), &x), (&g, &b)) in outputs.zip(x).zip(gamma.iter().zip(beta)) {
+        let c = c.write((x - mean) * r);
+        y.write(*c * g + b);
     }
     r
 }
 
 /// One row of LayerNorm's backward, from the incoming gradient `dy`, the row's `x̂` and `r`:
-/// `dx = r (g − mean(g) − x̂ mean(g ⊙ x̂))` with `g = dy ⊙ γ`; adds `dy ⊙ x̂` to `d_gamma` and
-/// `dy` to `d_beta`.
+/// `dx = r (g − mean(g) − x̂ mean(g ⊙ x̂))` with `g = dy ⊙ γ` (`dx` written whole before it
+/// is read); adds `dy ⊙ x̂` to `d_gamma` and `dy` to `d_beta`.
 #[inline(always)]
 fn layer_norm_backward_slice(
     dy: &[f32],
     x_hat: &[f32],
     r: f32,
     gamma: &[f32],
-    dx: &mut [f32],
+    dx: &mut [MaybeUninit<f32>],
     d_gamma: &mut [f32],
     d_beta: &mut [f32],
 ) {
@@ -299,10 +353,12 @@ fn layer_norm_backward_slice(
     let (x_hat, gamma, dx) = (&x_hat[..n], &gamma[..n], &mut dx[..n]);
     let (d_gamma, d_beta) = (&mut d_gamma[..n], &mut d_beta[..n]);
     for i in 0..n {
-        dx[i] = dy[i] * gamma[i];
+        dx[i].write(dy[i] * gamma[i]);
         d_gamma[i] += dy[i] * x_hat[i];
         d_beta[i] += dy[i];
     }
+    // SAFETY: the loop above wrote every value of `dx`.
+    let dx = unsafe { dx.assume_init_mut() };
     let n = n as f32;
     let mean_g = lane_sum(dx) / n;
     let mean_gx = lane_dot(dx, x_hat) / n;
@@ -319,9 +375,19 @@ macro_rules! multiversion {
         pub(crate) fn $name($($arg: $ty),*) -> $ret {
             #[cfg(target_arch = "x86_64")]
             {
+                #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+                unsafe fn avx512($($arg: $ty),*) -> $ret {
+                    $inner($($arg),*)
+                }
                 #[target_feature(enable = "avx2,fma")]
                 unsafe fn avx2($($arg: $ty),*) -> $ret {
                     $inner($($arg),*)
+                }
+                if std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512vl")
+                {
+                    // SAFETY: both features were just detected (AVX-512F implies AVX2, FMA).
+                    return unsafe { avx512($($arg),*) };
                 }
                 if std::arch::is_x86_feature_detected!("avx2")
                     && std::arch::is_x86_feature_detected!("fma")
@@ -343,14 +409,29 @@ multiversion! {
 }
 
 multiversion! {
-    /// One row of the fused cross-entropy, its gradient written over the logits
-    /// ([`row_in_place`]).
-    pub(crate) fn cross_entropy_row_in_place(z: &mut [f32], target: usize, eps: f32) -> (f32, bool) = row_in_place;
+    /// One row of the fused cross-entropy of `z + bias`, the logits and then the gradient
+    /// (when `gradient`) written over `z` ([`row_in_place`]).
+    pub(crate) fn cross_entropy_row_in_place(
+        z: &mut [f32], bias: &[f32], target: usize, eps: f32, gradient: bool
+    ) -> (f32, bool) = row_in_place;
+}
+
+multiversion! {
+    /// `dst ← dst + src` ([`add_slice`]).
+    pub(crate) fn add_assign(dst: &mut [f32], src: &[f32]) -> () = add_slice;
+}
+
+multiversion! {
+    /// `dst ← dst + Σ_rows row[offset..][..dst.len()]` ([`add_rows_slice`]).
+    pub(crate) fn add_rows(dst: &mut [f32], rows: &[f32], stride: usize, offset: usize) -> ()
+        = add_rows_slice;
 }
 
 multiversion! {
     /// GELU of `x` into `y`, and `Φ(x)` into `cdf` if given (all the same length).
-    pub(crate) fn gelu(x: &[f32], y: &mut [f32], cdf: Option<&mut [f32]>) -> () = gelu_slice;
+    pub(crate) fn gelu(
+        x: &[f32], y: &mut [MaybeUninit<f32>], cdf: Option<&mut [MaybeUninit<f32>]>
+    ) -> () = gelu_slice;
 }
 
 multiversion! {
@@ -371,14 +452,15 @@ multiversion! {
 multiversion! {
     /// One row of LayerNorm ([`layer_norm_slice`]); returns `1/√(σ² + ε)`.
     pub(crate) fn layer_norm(
-        x: &[f32], gamma: &[f32], beta: &[f32], eps: f32, y: &mut [f32], x_hat: &mut [f32]
+        x: &[f32], gamma: &[f32], beta: &[f32], eps: f32, y: &mut [MaybeUninit<f32>],
+        x_hat: &mut [MaybeUninit<f32>]
     ) -> f32 = layer_norm_slice;
 }
 
 multiversion! {
     /// One row of LayerNorm's backward ([`layer_norm_backward_slice`]).
     pub(crate) fn layer_norm_backward(
-        dy: &[f32], x_hat: &[f32], r: f32, gamma: &[f32], dx: &mut [f32], d_gamma: &mut [f32],
-        d_beta: &mut [f32]
+        dy: &[f32], x_hat: &[f32], r: f32, gamma: &[f32], dx: &mut [MaybeUninit<f32>],
+        d_gamma: &mut [f32], d_beta: &mut [f32]
     ) -> () = layer_norm_backward_slice;
 }

@@ -19,6 +19,7 @@ use burn::backend::{
 };
 use burn::tensor::{DType, GradientCheckpointingStrategy, Int, Shape, Tensor, TensorData};
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 use super::CrossEntropySum;
 use super::{attention, chunked, cpu, linear};
@@ -226,20 +227,31 @@ fn gelu(x: &FlexTensor, keep_cdf: bool) -> (FlexTensor, Option<FlexTensor>) {
     let x = x.to_contiguous();
     let shape = x.layout().shape().clone();
     let x = values(&x);
-    let mut y = vec![0f32; x.len()];
-    let mut cdf = keep_cdf.then(|| vec![0f32; x.len()]);
+    let (mut y, mut cdf) = (Vec::new(), keep_cdf.then(Vec::new));
+    let ys = spare(&mut y, x.len()).par_chunks_mut(CHUNK);
     match &mut cdf {
-        Some(cdf) => y
-            .par_chunks_mut(CHUNK)
-            .zip(cdf.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)))
-            .for_each(|(y, (cdf, x))| cpu::gelu(x, y, Some(cdf))),
-        None => y
-            .par_chunks_mut(CHUNK)
+        Some(cdf) => ys
+            .zip(spare(cdf, x.len()).par_chunks_mut(CHUNK))
+            .zip(x.par_chunks(CHUNK))
+            .for_each(|((y, cdf), x)| cpu::gelu(x, y, Some(cdf))),
+        None => ys
             .zip(x.par_chunks(CHUNK))
             .for_each(|(y, x)| cpu::gelu(x, y, None)),
     }
+    // SAFETY: the GELU kernel wrote every value of both.
+    unsafe {
+        y.set_len(x.len());
+        cdf.iter_mut().for_each(|cdf| cdf.set_len(x.len()));
+    }
     let cdf = cdf.map(|cdf| flex_tensor(cdf, shape.clone()));
     (flex_tensor(y, shape), cdf)
+}
+
+/// `len` values of room at the end of the empty `v`, for a kernel that writes all of them
+/// (then `set_len(len)`): fresh memory is never zeroed first.
+fn spare(v: &mut Vec<f32>, len: usize) -> &mut [MaybeUninit<f32>] {
+    v.reserve(len);
+    &mut v.spare_capacity_mut()[..len]
 }
 
 /// The fused cross-entropy of `f32` logits on `Flex` or `Autodiff<Flex, C>` ([`on_flex`]).
@@ -598,11 +610,12 @@ fn flex_layer_norm_forward(inputs: [FlexTensor; 3], eps: f64) -> (FlexTensor, No
     let shape = x.layout().shape().clone();
     let d = gamma.shape()[0];
     let (xs, g, b) = (values(&x), values(&gamma), values(&beta));
-    let (mut y, mut x_hat) = (vec![0f32; xs.len()], vec![0f32; xs.len()]);
+    let (mut y, mut x_hat) = (Vec::new(), Vec::new());
     let mut r = vec![0f32; xs.len() / d.max(1)];
     let task = NORM_ROWS * d;
-    y.par_chunks_mut(task)
-        .zip(x_hat.par_chunks_mut(task))
+    spare(&mut y, xs.len())
+        .par_chunks_mut(task)
+        .zip(spare(&mut x_hat, xs.len()).par_chunks_mut(task))
         .zip(xs.par_chunks(task).zip(r.par_chunks_mut(NORM_ROWS)))
         .for_each(|((y, x_hat), (x, r))| {
             let rows = y.chunks_mut(d).zip(x_hat.chunks_mut(d)).zip(x.chunks(d));
@@ -610,6 +623,11 @@ fn flex_layer_norm_forward(inputs: [FlexTensor; 3], eps: f64) -> (FlexTensor, No
                 *r = cpu::layer_norm(x, g, b, eps as f32, y, x_hat);
             }
         });
+    // SAFETY: the LayerNorm kernel wrote every row of both.
+    unsafe {
+        y.set_len(xs.len());
+        x_hat.set_len(xs.len());
+    }
     let x_hat = flex_tensor(x_hat, shape.clone());
     (flex_tensor(y, shape), NormState { x_hat, r, gamma })
 }
@@ -655,9 +673,9 @@ fn layer_norm_backward(state: NormState, dy: FlexTensor) -> [FlexTensor; 3] {
     let NormState { x_hat, r, gamma } = state;
     let (dys, x_hat_v, g) = (values(&dy), values(&x_hat), values(&gamma));
     let d = g.len();
-    let mut dx = vec![0f32; dys.len()];
+    let mut dx = Vec::new();
     let task = NORM_ROWS * d;
-    let partial: Vec<(Vec<f32>, Vec<f32>)> = dx
+    let partial: Vec<(Vec<f32>, Vec<f32>)> = spare(&mut dx, dys.len())
         .par_chunks_mut(task)
         .zip(dys.par_chunks(task).zip(x_hat_v.par_chunks(task)))
         .zip(r.par_chunks(NORM_ROWS))
@@ -670,6 +688,8 @@ fn layer_norm_backward(state: NormState, dy: FlexTensor) -> [FlexTensor; 3] {
             (d_gamma, d_beta)
         })
         .collect();
+    // SAFETY: the backward kernel wrote every row of `dx`.
+    unsafe { dx.set_len(dys.len()) };
     let (mut d_gamma, mut d_beta) = (vec![0f32; d], vec![0f32; d]);
     for (pg, pb) in &partial {
         d_gamma.iter_mut().zip(pg).for_each(|(a, b)| *a += b);

@@ -3,6 +3,7 @@
 //! zeroed first: the bias rows are the product's starting value, and the gradients are
 //! products into fresh memory.
 
+use super::cpu;
 use super::product::{Matrix, product, product_new};
 
 /// The shape of one linear call: `x [rows, d_in] · W [d_in, d_out]`.
@@ -38,8 +39,6 @@ pub(super) fn weight_grad(x: &[f32], dy: &[f32], s: Shape) -> Vec<f32> {
 /// `∂b = Σ_rows ∂y`, `[d_out]`, summed row after row.
 pub(super) fn bias_grad(dy: &[f32], s: Shape) -> Vec<f32> {
     let mut db = vec![0f32; s.d_out];
-    for row in dy.chunks_exact(s.d_out.max(1)) {
-        db.iter_mut().zip(row).for_each(|(db, dy)| *db += dy);
-    }
+    cpu::add_rows(&mut db, dy, s.d_out, 0);
     db
 }

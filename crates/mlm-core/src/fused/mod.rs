@@ -178,6 +178,18 @@ mod tests {
         cross_entropy_row, erf, exp, gelu, gelu_backward, layer_norm, layer_norm_backward, softmax,
         softmax_backward,
     };
+    use std::mem::MaybeUninit;
+
+    /// Room for `len` outputs of a kernel that writes them all.
+    fn out(len: usize) -> Vec<MaybeUninit<f32>> {
+        vec![MaybeUninit::uninit(); len]
+    }
+
+    /// A kernel's outputs, once it has written them all.
+    fn written(out: &[MaybeUninit<f32>]) -> Vec<f32> {
+        // SAFETY: every caller passes outputs its kernel wrote whole.
+        out.iter().map(|x| unsafe { x.assume_init() }).collect()
+    }
 
     #[test]
     fn the_polynomial_exp_is_within_2_ulp_of_libm() {
@@ -227,12 +239,13 @@ mod tests {
     #[test]
     fn gelu_and_its_derivative_match_the_erf_formula_in_f64() {
         let x: Vec<f32> = (0..2001).map(|i| -8.0 + 0.008 * i as f32).collect();
-        let (mut y, mut dy) = (vec![0f32; x.len()], vec![1f32; x.len()]);
-        let mut cdf = vec![0f32; x.len()];
+        let (mut y, mut cdf, mut y_alone) = (out(x.len()), out(x.len()), out(x.len()));
         gelu(&x, &mut y, Some(&mut cdf));
+        let (y, cdf) = (written(&y), written(&cdf));
+        let mut dy = vec![1f32; x.len()];
         gelu_backward(&x, &cdf, &mut dy);
-        let mut y_alone = vec![0f32; x.len()];
         gelu(&x, &mut y_alone, None);
+        let y_alone = written(&y_alone);
         assert_eq!(y, y_alone, "keeping Φ(x) changes no output bit");
         for ((&x, &y), &dy) in x.iter().zip(&y).zip(&dy) {
             let x = f64::from(x);
@@ -274,9 +287,9 @@ mod tests {
             [0.1f32; 4],
         );
         let run = |x: &[f32]| {
-            let (mut y, mut x_hat) = ([0f32; 4], [0f32; 4]);
+            let (mut y, mut x_hat) = (out(4), out(4));
             let r = layer_norm(x, &gamma, &beta, 1e-12, &mut y, &mut x_hat);
-            (y, x_hat, r)
+            (written(&y), written(&x_hat), r)
         };
         let (y, x_hat, r) = run(&x);
         // mean 3.25, biased variance 5.1875.
@@ -287,8 +300,9 @@ mod tests {
         }
         // Backward of L = Σ w ⊙ y against central differences.
         let w = [0.3f32, -1.2, 0.7, 2.0];
-        let (mut dx, mut d_gamma, mut d_beta) = ([0f32; 4], [0f32; 4], [0f32; 4]);
+        let (mut dx, mut d_gamma, mut d_beta) = (out(4), [0f32; 4], [0f32; 4]);
         layer_norm_backward(&w, &x_hat, r, &gamma, &mut dx, &mut d_gamma, &mut d_beta);
+        let dx = written(&dx);
         let loss =
             |x: &[f32]| -> f64 { run(x).0.iter().zip(&w).map(|(y, w)| f64::from(y * w)).sum() };
         for i in 0..4 {

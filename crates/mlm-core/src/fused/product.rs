@@ -61,18 +61,27 @@ pub(super) fn product(dst: &mut [f32], lhs: Matrix, rhs: Matrix, accumulate: boo
 
 /// `lhs · rhs` into a new row-major buffer that gemm writes whole: never zeroed first.
 pub(super) fn product_new(lhs: Matrix, rhs: Matrix) -> Vec<f32> {
+    let mut out = Vec::new();
+    product_extend(&mut out, lhs, rhs);
+    out
+}
+
+/// Appends the row-major `lhs · rhs` to `dst`, written by gemm into `dst`'s spare room:
+/// never zeroed first.
+pub(super) fn product_extend(dst: &mut Vec<f32>, lhs: Matrix, rhs: Matrix) {
     let ([m, k], [_, n]) = (lhs.read().0, rhs.read().0);
     if k == 0 {
-        return vec![0.0; m * n]; // gemm writes nothing when the inner dimension is empty
+        // gemm writes nothing when the inner dimension is empty
+        dst.resize(dst.len() + m * n, 0.0);
+        return;
     }
-    let mut out = Vec::with_capacity(m * n);
-    // SAFETY: the buffer has room for the m × n values, which gemm writes (not reads)
-    // before `set_len`.
+    dst.reserve(m * n);
+    // SAFETY: the spare room holds the m × n values, which gemm writes (not reads) before
+    // `set_len`.
     unsafe {
-        product_into(out.as_mut_ptr(), lhs, rhs, false);
-        out.set_len(m * n);
+        product_into(dst.as_mut_ptr().add(dst.len()), lhs, rhs, false);
+        dst.set_len(dst.len() + m * n);
     }
-    out
 }
 
 /// `dst (+)= lhs · rhs` at a raw destination.
