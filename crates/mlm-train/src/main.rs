@@ -21,7 +21,10 @@ fn main() -> ExitCode {
     // The command runs on a thread of the pool its kernels run on: each parallel region then
     // starts from inside the pool, instead of waking a worker and parking this thread until
     // it is done (reschedule interrupts and idle cores, 2–3 % of the main job's step).
-    match rayon::ThreadPoolBuilder::new().stack_size(MAIN_STACK).build() {
+    match rayon::ThreadPoolBuilder::new()
+        .stack_size(MAIN_STACK)
+        .build()
+    {
         Ok(pool) => ExitCode::from(pool.install(mlm_train::cli::main)),
         Err(_) => ExitCode::from(mlm_train::cli::main()),
     }

@@ -378,7 +378,7 @@ fn a_new_users_first_mistakes_are_one_line_errors_that_write_nothing() {
     let help = mlm_train_in(dir, &["train", "--help"]);
     let help = String::from_utf8_lossy(&help.stdout);
     for default in [
-        "[default: 2300]",
+        "[default: 2400]",
         "[default: 0.002]",
         "[default: 100]",
         "[default: 42]",

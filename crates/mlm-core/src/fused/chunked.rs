@@ -116,10 +116,7 @@ fn rows_in_blocks(
                 row
             });
             let per_row = per_row.collect();
-            Block {
-                per_row,
-                bias_grad,
-            }
+            Block { per_row, bias_grad }
         })
         .collect()
 }
@@ -161,14 +158,16 @@ mod tests {
 
     #[test]
     fn every_chunk_size_gives_the_dense_loss_and_gradients() {
-        let (n, d, vocab) = (7, 5, 11);
+        // 40 rows: three blocks of the row kernel (16, 16, 8), so the bias gradient sums
+        // blocks as well as rows.
+        let (n, d, vocab) = (40, 5, 11);
         let value = |i: usize, scale: f32| ((i * 37 % 23) as f32 - 11.0) * scale;
         let h: Vec<f32> = (0..n * d).map(|i| value(i, 0.1)).collect();
         let w: Vec<f32> = (0..vocab * d).map(|i| value(i + 3, 0.07)).collect();
         let b: Vec<f32> = (0..vocab).map(|i| value(i + 5, 0.05)).collect();
         let targets: Vec<i64> = (0..n as i64).map(|i| i * 3 % vocab as i64).collect();
         let (loss, want) = dense(&h, &w, &b, &targets);
-        for rows in [1, 2, 3, 7, 100] {
+        for rows in [1, 2, 3, 7, 17, 40, 100] {
             let got = sweep([&h, &w, &b], &targets, 0.0, rows, true);
             assert!(
                 (got.loss_sum - loss).abs() < 1e-5 * loss,

@@ -1,6 +1,6 @@
 //! The CPU kernels' arithmetic: plain `f32` code written so that the compiler vectorises it
-//! (16 independent lanes for maxima and sums, branch-free `exp` and `erf`), compiled once more
-//! for AVX2 + FMA and picked at run time.
+//! (16 independent lanes for maxima and sums, branch-free `exp` and `erf`), compiled twice more,
+//! for AVX2 + FMA and for AVX-512, and picked at run time (the same bits on every tier).
 //!
 //! - [`cross_entropy_row`]: one row of the fused cross-entropy, `-log p(true token)` and its
 //!   gradient;
@@ -42,7 +42,13 @@ fn row(z: &[f32], target: usize, eps: f32, gradient: Option<&mut [f32]>) -> (f32
     }
     let max = lane_max(z);
     let sums = exp_sums(z, max);
-    row_loss(sums, z[target] - max, z.len(), eps, is_first_max(z, max, target))
+    row_loss(
+        sums,
+        z[target] - max,
+        z.len(),
+        eps,
+        is_first_max(z, max, target),
+    )
 }
 
 /// [`row`] of the logits `z + bias` (`bias` empty: none), which are written over `z`, and
@@ -320,7 +326,11 @@ fn layer_norm_slice(
     let mean = lane_sum(x) / n;
     let mut squares = [0f32; LANES];
     let chunks = x.chunks_exact(LANES);
-    let tail: f32 = chunks.remainder().iter().map(|x| (x - mean) * (x - mean)).sum();
+    let tail: f32 = chunks
+        .remainder()
+        .iter()
+        .map(|x| (x - mean) * (x - mean))
+        .sum();
     for chunk in chunks {
         for j in 0..LANES {
             squares[j] += (chunk[j] - mean) * (chunk[j] - mean);
@@ -367,8 +377,39 @@ fn layer_norm_backward_slice(
         .for_each(|(g, &c)| *g = r * (*g - mean_g - c * mean_gx));
 }
 
-/// Defines `$name`, which runs `$inner` compiled for AVX2 + FMA (8 `f32` lanes per
-/// instruction) where the CPU has both, and as plain code elsewhere.
+/// The instruction sets a kernel can be compiled for, narrowest first.
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) enum Tier {
+    /// Plain code: SSE2 on x86-64.
+    #[cfg_attr(not(test), allow(dead_code))] // only a test narrows the kernels to it
+    Plain,
+    /// AVX2 + FMA, 8 `f32` lanes.
+    Avx2,
+    /// AVX-512 F + VL, 16 `f32` lanes.
+    Avx512,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The widest tier this thread's kernel calls may take (tests narrow it to compare them).
+    pub(crate) static WIDEST: std::cell::Cell<Tier> = const { std::cell::Cell::new(Tier::Avx512) };
+}
+
+/// The widest tier a kernel call may take: every one the CPU has, outside tests.
+#[inline(always)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn widest() -> Tier {
+    #[cfg(test)]
+    return WIDEST.with(|w| w.get());
+    #[cfg(not(test))]
+    Tier::Avx512
+}
+
+/// Defines `$name`, which runs `$inner` compiled for AVX-512 (F and VL, 16 `f32` lanes) or
+/// for AVX2 and FMA (8 lanes), the widest the CPU has, and as plain code elsewhere. The tiers
+/// give the same bits: the kernels keep 16 lane accumulators whatever the width, and nothing
+/// contracts a multiply and an add into an FMA.
 macro_rules! multiversion {
     ($(#[$doc:meta])* pub(crate) fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty = $inner:ident;) => {
         $(#[$doc])*
@@ -383,13 +424,16 @@ macro_rules! multiversion {
                 unsafe fn avx2($($arg: $ty),*) -> $ret {
                     $inner($($arg),*)
                 }
-                if std::arch::is_x86_feature_detected!("avx512f")
+                let widest = widest();
+                if widest >= Tier::Avx512
+                    && std::arch::is_x86_feature_detected!("avx512f")
                     && std::arch::is_x86_feature_detected!("avx512vl")
                 {
                     // SAFETY: both features were just detected (AVX-512F implies AVX2, FMA).
                     return unsafe { avx512($($arg),*) };
                 }
-                if std::arch::is_x86_feature_detected!("avx2")
+                if widest >= Tier::Avx2
+                    && std::arch::is_x86_feature_detected!("avx2")
                     && std::arch::is_x86_feature_detected!("fma")
                 {
                     // SAFETY: both features were just detected.

@@ -192,6 +192,62 @@ mod tests {
     }
 
     #[test]
+    fn every_instruction_set_gives_the_same_bits() {
+        use super::cpu::{Tier, WIDEST, add_rows, cross_entropy_row_in_place};
+        // 1 000 + 7 values: whole 16-lane blocks and a tail.
+        let n = 1007;
+        let x: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919 % 1009) as f32 - 504.0) / 97.0)
+            .collect();
+        let w: Vec<f32> = (0..n)
+            .map(|i| ((i * 104_729 % 997) as f32 - 498.0) / 331.0)
+            .collect();
+        let run = |tier: Tier| -> Vec<u32> {
+            WIDEST.with(|widest| widest.set(tier));
+            let mut bits = Vec::new();
+            let mut z = x.clone();
+            let (nll, correct) = cross_entropy_row_in_place(&mut z, &w, 5, 0.1, true);
+            bits.extend([nll.to_bits(), u32::from(correct)]);
+            let (mut y, mut cdf) = (out(n), out(n));
+            gelu(&x, &mut y, Some(&mut cdf));
+            let (y, cdf) = (written(&y), written(&cdf));
+            let mut dy = w.clone();
+            gelu_backward(&x, &cdf, &mut dy);
+            let (mut ln, mut x_hat, mut dx) = (out(n), out(n), out(n));
+            let r = layer_norm(&x, &w, &x, 1e-12, &mut ln, &mut x_hat);
+            let (mut d_gamma, mut d_beta) = (vec![0f32; n], vec![0f32; n]);
+            let x_hat = written(&x_hat);
+            layer_norm_backward(&w, &x_hat, r, &w, &mut dx, &mut d_gamma, &mut d_beta);
+            let mut p = x.clone();
+            softmax(&mut p, &w);
+            let mut dp = w.clone();
+            softmax_backward(&p, &mut dp);
+            let mut sums = vec![0f32; 19];
+            add_rows(&mut sums, &x[..19 * 53], 53, 17);
+            let outputs = [
+                z,
+                y,
+                cdf,
+                dy,
+                written(&ln),
+                x_hat,
+                written(&dx),
+                d_gamma,
+                p,
+                dp,
+                sums,
+            ];
+            bits.push(r.to_bits());
+            bits.extend(outputs.iter().flatten().map(|v| v.to_bits()));
+            bits
+        };
+        let plain = run(Tier::Plain);
+        assert_eq!(run(Tier::Avx2), plain, "AVX2 against plain");
+        assert_eq!(run(Tier::Avx512), plain, "AVX-512 against plain");
+        WIDEST.with(|widest| widest.set(Tier::Avx512));
+    }
+
+    #[test]
     fn the_polynomial_exp_is_within_2_ulp_of_libm() {
         let mut x = -87.0f32;
         while x < 88.0 {
