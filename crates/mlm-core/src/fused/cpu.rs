@@ -251,12 +251,12 @@ fn add_slice(dst: &mut [f32], src: &[f32]) {
     dst.iter_mut().zip(src).for_each(|(d, &s)| *d += s);
 }
 
-/// `dst ← dst + Σ_rows row[offset..offset + dst.len()]` over the rows of `stride` values
-/// in `rows`, one row after another.
+/// `dst ← dst + Σ_rows row` over the rows of `dst.len()` values in `rows`, one row after
+/// another.
 #[inline(always)]
-fn add_rows_slice(dst: &mut [f32], rows: &[f32], stride: usize, offset: usize) {
-    for row in rows.chunks_exact(stride.max(1)) {
-        add_slice(dst, &row[offset..][..dst.len()]);
+fn add_rows_slice(dst: &mut [f32], rows: &[f32]) {
+    for row in rows.chunks_exact(dst.len().max(1)) {
+        add_slice(dst, row);
     }
 }
 
@@ -466,9 +466,8 @@ multiversion! {
 }
 
 multiversion! {
-    /// `dst ← dst + Σ_rows row[offset..][..dst.len()]` ([`add_rows_slice`]).
-    pub(crate) fn add_rows(dst: &mut [f32], rows: &[f32], stride: usize, offset: usize) -> ()
-        = add_rows_slice;
+    /// `dst ← dst + Σ_rows row`, rows of `dst.len()` values ([`add_rows_slice`]).
+    pub(crate) fn add_rows(dst: &mut [f32], rows: &[f32]) -> () = add_rows_slice;
 }
 
 multiversion! {

@@ -692,8 +692,8 @@ fn layer_norm_backward(state: NormState, dy: FlexTensor) -> [FlexTensor; 3] {
     unsafe { dx.set_len(dys.len()) };
     let (mut d_gamma, mut d_beta) = (vec![0f32; d], vec![0f32; d]);
     for (pg, pb) in &partial {
-        d_gamma.iter_mut().zip(pg).for_each(|(a, b)| *a += b);
-        d_beta.iter_mut().zip(pb).for_each(|(a, b)| *a += b);
+        cpu::add_assign(&mut d_gamma, pg);
+        cpu::add_assign(&mut d_beta, pb);
     }
     let shape = x_hat.layout().shape().clone();
     [

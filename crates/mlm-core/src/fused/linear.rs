@@ -39,6 +39,6 @@ pub(super) fn weight_grad(x: &[f32], dy: &[f32], s: Shape) -> Vec<f32> {
 /// `∂b = Σ_rows ∂y`, `[d_out]`, summed row after row.
 pub(super) fn bias_grad(dy: &[f32], s: Shape) -> Vec<f32> {
     let mut db = vec![0f32; s.d_out];
-    cpu::add_rows(&mut db, dy, s.d_out, 0);
+    cpu::add_rows(&mut db, dy);
     db
 }

@@ -223,7 +223,7 @@ mod tests {
             let mut dp = w.clone();
             softmax_backward(&p, &mut dp);
             let mut sums = vec![0f32; 19];
-            add_rows(&mut sums, &x[..19 * 53], 53, 17);
+            add_rows(&mut sums, &x[..19 * 53]);
             let outputs = [
                 z,
                 y,
