@@ -31,7 +31,7 @@ use crate::{MaskedCrossEntropy, MaskedTargets, MlmError, MlmLossOutput};
 pub fn gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     #[cfg(feature = "flex")]
     if crate::fused::on_flex(&x, &[x.dtype()]) {
-        return crate::fused::flex_gelu(x);
+        return crate::fused::flex_gelu(x, None);
     }
     x.clone() * ((x * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5
 }
@@ -63,7 +63,7 @@ pub fn layer_norm<const D: usize>(
     );
     #[cfg(feature = "flex")]
     if crate::fused::on_flex(&x, &[x.dtype(), gamma.dtype(), beta.dtype()]) {
-        return crate::fused::flex_layer_norm((x, gamma, beta), epsilon);
+        return crate::fused::flex_layer_norm((x, gamma, beta), None, epsilon);
     }
     let last = D - 1;
     let mut row = [1; D];

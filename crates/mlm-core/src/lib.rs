@@ -29,7 +29,8 @@
 //!   GPU's queue in the training step).
 //! - [`multi_head_attention`] ([`attention`]) and [`layer_norm`]: the encoder's
 //!   self-attention and LayerNorm, each one operation (a fused kernel on burn-flex), for the
-//!   encoder that feeds the head; [`linear()`], its projections.
+//!   encoder that feeds the head; [`linear()`], its projections; [`bias_gelu`] and
+//!   [`bias_residual_layer_norm`] ([`epilogue`]), what follows a projection, with its bias.
 //!
 //! - [`PseudoLogLikelihood`] ([`scoring`]): a sentence's pseudo-log-likelihood under any
 //!   [`MaskedLanguageModel`], all masked copies of many sentences in one forward pass (or
@@ -42,6 +43,7 @@
 //! Bad input is answered with an [`MlmError`], never a silently wrong number.
 
 pub mod attention;
+pub mod epilogue;
 mod error;
 mod fused;
 pub mod head;
@@ -54,6 +56,7 @@ pub mod scoring;
 pub mod targets;
 
 pub use attention::{multi_head_attention, multi_head_attention_qkv_packed};
+pub use epilogue::{bias_gelu, bias_residual_layer_norm};
 pub use error::MlmError;
 pub use head::{MlmHead, MlmHeadConfig, MlmHeadTransform, gelu, layer_norm};
 pub use linear::linear;

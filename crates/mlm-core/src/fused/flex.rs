@@ -11,7 +11,7 @@ use burn::backend::autodiff::checkpoint::strategy::{
     BalancedCheckpointing, CheckpointStrategy, NoCheckpointing,
 };
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind, unary};
+use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{
@@ -167,76 +167,122 @@ fn owned(t: FlexTensor) -> FlexTensor {
 /// Elements per parallel task of the elementwise kernels.
 const CHUNK: usize = 16 * 1024;
 
-/// GELU of an `f32` tensor on `Flex` or `Autodiff<Flex, C>` ([`on_flex`]): the CPU kernel,
-/// and under autodiff one operation whose backward is `grad · GELU'(x)`.
-pub(crate) fn flex_gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+/// GELU of an `f32` tensor on `Flex` or `Autodiff<Flex, C>` ([`on_flex`]), of `x + bias`
+/// when a bias `[d]` (`x`'s last dimension) is given: the CPU kernel, and under autodiff one
+/// operation whose backward is `grad · GELU'(x + bias)` (and its sum over rows, the bias's).
+pub(crate) fn flex_gelu<const D: usize>(x: Tensor<D>, bias: Option<Tensor<1>>) -> Tensor<D> {
     match route(&x, &[x.dtype()]) {
-        Route::Plain => Tensor::from_primitive::<Flex>(gelu(&plain(x), false).0),
-        Route::Tracked(strategy) => with_strategy!(strategy, |C| tracked_gelu::<C, D>(x)),
+        Route::Plain => {
+            let bias = bias.map(|b| plain(b).to_contiguous());
+            let y = gelu(&plain(x), bias.as_ref().map(values), false).0;
+            Tensor::from_primitive::<Flex>(y)
+        }
+        Route::Tracked(strategy) => with_strategy!(strategy, |C| tracked_gelu::<C, D>(x, bias)),
         Route::Other => unreachable!("flex_gelu off flex: the caller checks on_flex"),
     }
 }
 
-/// GELU of `x`'s values, with one autodiff operation that keeps `x` for backward.
-fn tracked_gelu<C: CheckpointStrategy, const D: usize>(x: Tensor<D>) -> Tensor<D>
+/// GELU of `x + bias`, with one autodiff operation over `x` (and the bias) that keeps `x`,
+/// the bias and `Φ(x + bias)` for backward.
+fn tracked_gelu<C: CheckpointStrategy, const D: usize>(
+    x: Tensor<D>,
+    bias: Option<Tensor<1>>,
+) -> Tensor<D>
 where
     DispatchTensor: DispatchKindConversion<Autodiff<Flex, C>>,
 {
-    let (values, node) = tracked_parts::<C, D>(x);
-    let values = values.to_contiguous(); // the backward reads it as a slice
-    let y = record::<C, 1, _>(GeluBackward, [node], |tracked| {
-        let (y, cdf) = gelu(&values, tracked);
-        (y, cdf.map(|cdf| (values, cdf)))
-    });
+    let (x, node) = tracked_parts::<C, D>(x);
+    let x = x.to_contiguous(); // the backward reads it as a slice
+    let run = |bias: Option<FlexTensor>| {
+        move |tracked: bool| {
+            let (y, cdf) = gelu(&x, bias.as_ref().map(values), tracked);
+            (y, cdf.map(|cdf| GeluState { x, bias, cdf }))
+        }
+    };
+    let y = match bias.map(tracked_parts::<C, 1>) {
+        Some((b, nb)) => record::<C, 2, _>(GeluBackward, [node, nb], run(Some(b.to_contiguous()))),
+        None => record::<C, 1, _>(GeluBackward, [node], run(None)),
+    };
     from_tracked::<C, D>(y)
 }
 
-/// GELU's backward: its state is the input `x` and `Φ(x)`.
+/// What GELU's backward needs: its input `x`, the bias if any, and `Φ(x + bias)`.
+#[derive(Clone, Debug)]
+struct GeluState {
+    x: FlexTensor,
+    bias: Option<FlexTensor>,
+    cdf: FlexTensor,
+}
+
+/// GELU's backward: `∂x = grad · GELU'(x + bias)`, written over the incoming gradient, and
+/// the bias's `Σ_rows ∂x`, summed row after row (as the linear layer's `∂b`).
 #[derive(Debug)]
 struct GeluBackward;
 
-impl Backward<Flex, 1> for GeluBackward {
-    type State = (FlexTensor, FlexTensor);
+impl<const N: usize> Backward<Flex, N> for GeluBackward {
+    type State = GeluState;
 
     fn backward(
         self,
-        ops: Ops<Self::State, 1>,
+        ops: Ops<Self::State, N>,
         grads: &mut Gradients,
         _checkpointer: &mut Checkpointer,
     ) {
-        let (x, cdf) = ops.state;
-        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
+        backward_with(ops, grads, |GeluState { x, bias, cdf }, grad| {
+            let bias = bias.as_ref().map_or(&[][..], values);
             // The incoming gradient is rarely shared: scaled in place, no buffer is made.
             let mut grad = owned(grad);
+            let chunk = rows_chunk(bias.len());
             grad.storage_mut::<f32>()
-                .par_chunks_mut(CHUNK)
+                .par_chunks_mut(chunk)
                 .zip(
                     values(&x)
-                        .par_chunks(CHUNK)
-                        .zip(values(&cdf).par_chunks(CHUNK)),
+                        .par_chunks(chunk)
+                        .zip(values(&cdf).par_chunks(chunk)),
                 )
-                .for_each(|(grad, (x, cdf))| cpu::gelu_backward(x, cdf, grad));
-            grad
+                .for_each(|(grad, (x, cdf))| cpu::gelu_backward(x, bias, cdf, grad));
+            let d_bias = (!bias.is_empty()).then(|| row_sums(&grad, bias.len()));
+            let d_inputs: Vec<_> = std::iter::once(grad).chain(d_bias).collect();
+            d_inputs
+                .try_into()
+                .expect("an input and, with a bias, the bias")
         });
     }
 }
 
-/// GELU of a `Flex` tensor, in parallel chunks, and its `Φ(x)` when `keep_cdf` (for the
-/// backward).
-fn gelu(x: &FlexTensor, keep_cdf: bool) -> (FlexTensor, Option<FlexTensor>) {
+/// `Σ_rows` of a contiguous `f32` tensor's rows of `d` values, `[d]`, one row after another
+/// (the linear layer's `∂b`).
+fn row_sums(t: &FlexTensor, d: usize) -> FlexTensor {
+    let mut sums = vec![0f32; d];
+    cpu::add_rows(&mut sums, values(t));
+    flex_tensor(sums, [d])
+}
+
+/// Elements per parallel task of an elementwise kernel over rows of `d` values (`0`: no
+/// rows): about [`CHUNK`], whole rows.
+fn rows_chunk(d: usize) -> usize {
+    let d = d.max(1);
+    (CHUNK / d).max(1) * d
+}
+
+/// GELU of a `Flex` tensor (of `x + bias`, with a bias `[d]` over its rows), in parallel
+/// chunks of whole rows, and its `Φ` when `keep_cdf` (for the backward).
+fn gelu(x: &FlexTensor, bias: Option<&[f32]>, keep_cdf: bool) -> (FlexTensor, Option<FlexTensor>) {
     let x = x.to_contiguous();
     let shape = x.layout().shape().clone();
     let x = values(&x);
+    let bias = bias.unwrap_or(&[]);
+    let chunk = rows_chunk(bias.len());
     let (mut y, mut cdf) = (Vec::new(), keep_cdf.then(Vec::new));
-    let ys = spare(&mut y, x.len()).par_chunks_mut(CHUNK);
+    let ys = spare(&mut y, x.len()).par_chunks_mut(chunk);
     match &mut cdf {
         Some(cdf) => ys
-            .zip(spare(cdf, x.len()).par_chunks_mut(CHUNK))
-            .zip(x.par_chunks(CHUNK))
-            .for_each(|((y, cdf), x)| cpu::gelu(x, y, Some(cdf))),
+            .zip(spare(cdf, x.len()).par_chunks_mut(chunk))
+            .zip(x.par_chunks(chunk))
+            .for_each(|((y, cdf), x)| cpu::gelu(x, bias, y, Some(cdf))),
         None => ys
-            .zip(x.par_chunks(CHUNK))
-            .for_each(|(y, x)| cpu::gelu(x, y, None)),
+            .zip(x.par_chunks(chunk))
+            .for_each(|(y, x)| cpu::gelu(x, bias, y, None)),
     }
     // SAFETY: the GELU kernel wrote every value of both.
     unsafe {
@@ -574,23 +620,30 @@ fn attention_backward<const N: usize>(
 /// `(x, gamma, beta)` of [`crate::layer_norm`].
 pub(crate) type NormInputs<const D: usize> = (Tensor<D>, Tensor<1>, Tensor<1>);
 
+/// What [`crate::bias_residual_layer_norm`] adds to `x` before the LayerNorm: a bias `[d]`
+/// over its rows, and a residual of `x`'s shape.
+pub(crate) type NormAddends<const D: usize> = (Tensor<1>, Tensor<D>);
+
 /// Rows per parallel task of the LayerNorm kernels: a fixed number, so that the partial sums
 /// of `∂γ` and `∂β` (added in task order) do not depend on the threads.
 const NORM_ROWS: usize = 64;
 
-/// LayerNorm of `f32` inputs on `Flex` or `Autodiff<Flex, C>` ([`on_flex`]): the row kernels
-/// of [`cpu::layer_norm`], under autodiff one operation over `x`, `γ` and `β`.
+/// LayerNorm of `f32` inputs on `Flex` or `Autodiff<Flex, C>` ([`on_flex`]), of
+/// `x + bias + residual` when `addends` are given: the row kernels of [`cpu::layer_norm`],
+/// under autodiff one operation over `x`, `γ`, `β` (and the bias and the residual).
 pub(crate) fn flex_layer_norm<const D: usize>(
     (x, gamma, beta): NormInputs<D>,
+    addends: Option<NormAddends<D>>,
     eps: f64,
 ) -> Tensor<D> {
     match route(&x, &[]) {
         Route::Plain => {
             let inputs = [plain(x), plain(gamma), plain(beta)];
-            Tensor::from_primitive::<Flex>(flex_layer_norm_forward(inputs, eps).0)
+            let addends = addends.map(|(b, r)| [plain(b), plain(r)]);
+            Tensor::from_primitive::<Flex>(flex_layer_norm_forward(inputs, addends, eps).0)
         }
         Route::Tracked(strategy) => with_strategy!(strategy, |C| {
-            tracked_layer_norm::<C, D>((x, gamma, beta), eps)
+            tracked_layer_norm::<C, D>((x, gamma, beta), addends, eps)
         }),
         Route::Other => unreachable!("flex_layer_norm off flex: the caller checks on_flex"),
     }
@@ -604,12 +657,22 @@ struct NormState {
     gamma: FlexTensor,
 }
 
-/// LayerNorm of `Flex` tensors `[x, γ, β]`, rows in parallel, and the state for backward.
-fn flex_layer_norm_forward(inputs: [FlexTensor; 3], eps: f64) -> (FlexTensor, NormState) {
+/// LayerNorm of `Flex` tensors `[x, γ, β]` (of `x + bias + residual` with the `addends`
+/// `[bias, residual]`, summed in that order), rows in parallel, and the state for backward.
+fn flex_layer_norm_forward(
+    inputs: [FlexTensor; 3],
+    addends: Option<[FlexTensor; 2]>,
+    eps: f64,
+) -> (FlexTensor, NormState) {
     let [x, gamma, beta] = inputs.map(|t| t.to_contiguous());
+    let addends = addends.map(|a| a.map(|t| t.to_contiguous()));
     let shape = x.layout().shape().clone();
     let d = gamma.shape()[0];
     let (xs, g, b) = (values(&x), values(&gamma), values(&beta));
+    let (bias, residual) = match &addends {
+        Some([bias, residual]) => (values(bias), values(residual)),
+        None => (&[][..], &[][..]),
+    };
     let (mut y, mut x_hat) = (Vec::new(), Vec::new());
     let mut r = vec![0f32; xs.len() / d.max(1)];
     let task = NORM_ROWS * d;
@@ -617,9 +680,21 @@ fn flex_layer_norm_forward(inputs: [FlexTensor; 3], eps: f64) -> (FlexTensor, No
         .par_chunks_mut(task)
         .zip(spare(&mut x_hat, xs.len()).par_chunks_mut(task))
         .zip(xs.par_chunks(task).zip(r.par_chunks_mut(NORM_ROWS)))
-        .for_each(|((y, x_hat), (x, r))| {
+        .enumerate()
+        .for_each(|(task, ((y, x_hat), (x, r)))| {
+            // `x + bias + residual` of one row at a time, in cache.
+            let mut sum = vec![0f32; if addends.is_some() { d } else { 0 }];
             let rows = y.chunks_mut(d).zip(x_hat.chunks_mut(d)).zip(x.chunks(d));
-            for (((y, x_hat), x), r) in rows.zip(r) {
+            for (j, (((y, x_hat), x), r)) in rows.zip(r).enumerate() {
+                let x = if sum.is_empty() {
+                    x
+                } else {
+                    let start = (task * NORM_ROWS + j) * d;
+                    sum.copy_from_slice(x);
+                    cpu::add_assign(&mut sum, bias);
+                    cpu::add_assign(&mut sum, &residual[start..start + d]);
+                    &sum
+                };
                 *r = cpu::layer_norm(x, g, b, eps as f32, y, x_hat);
             }
         });
@@ -632,9 +707,11 @@ fn flex_layer_norm_forward(inputs: [FlexTensor; 3], eps: f64) -> (FlexTensor, No
     (flex_tensor(y, shape), NormState { x_hat, r, gamma })
 }
 
-/// LayerNorm over autodiff tensors: one operation from `x`, `γ` and `β`.
+/// LayerNorm over autodiff tensors: one operation from `x`, `γ` and `β` (and the bias and
+/// the residual, when `addends`).
 fn tracked_layer_norm<C: CheckpointStrategy, const D: usize>(
     (x, gamma, beta): NormInputs<D>,
+    addends: Option<NormAddends<D>>,
     eps: f64,
 ) -> Tensor<D>
 where
@@ -643,27 +720,48 @@ where
     let (x, nx) = tracked_parts::<C, D>(x);
     let (gamma, ng) = tracked_parts::<C, 1>(gamma);
     let (beta, nb) = tracked_parts::<C, 1>(beta);
-    let y = record::<C, 3, _>(NormBackward, [nx, ng, nb], |tracked| {
-        let (y, state) = flex_layer_norm_forward([x, gamma, beta], eps);
-        (y, tracked.then_some(state))
-    });
+    let run = |addends| {
+        move |tracked: bool| {
+            let (y, state) = flex_layer_norm_forward([x, gamma, beta], addends, eps);
+            (y, tracked.then_some(state))
+        }
+    };
+    let y = match addends {
+        Some((bias, residual)) => {
+            let (bias, n_bias) = tracked_parts::<C, 1>(bias);
+            let (residual, n_residual) = tracked_parts::<C, D>(residual);
+            let nodes = [nx, ng, nb, n_bias, n_residual];
+            record::<C, 5, _>(NormBackward, nodes, run(Some([bias, residual])))
+        }
+        None => record::<C, 3, _>(NormBackward, [nx, ng, nb], run(None)),
+    };
     from_tracked::<C, D>(y)
 }
 
-/// LayerNorm's backward: `∂x` row by row, `∂γ` and `∂β` summed over the rows.
+/// LayerNorm's backward: `∂x` row by row, `∂γ` and `∂β` summed over the rows; with a bias
+/// and a residual added to `x`, the residual's gradient is `∂x` and the bias's `Σ_rows ∂x`.
 #[derive(Debug)]
 struct NormBackward;
 
-impl Backward<Flex, 3> for NormBackward {
+impl<const N: usize> Backward<Flex, N> for NormBackward {
     type State = NormState;
 
     fn backward(
         self,
-        ops: Ops<Self::State, 3>,
+        ops: Ops<Self::State, N>,
         grads: &mut Gradients,
         _checkpointer: &mut Checkpointer,
     ) {
-        backward_with(ops, grads, layer_norm_backward);
+        backward_with(ops, grads, |state, dy| {
+            let [dx, d_gamma, d_beta] = layer_norm_backward(state, dy);
+            let mut d_inputs = vec![dx.clone(), d_gamma, d_beta];
+            if N == 5 {
+                d_inputs.extend([row_sums(&dx, d_inputs[1].shape()[0]), dx]);
+            }
+            d_inputs
+                .try_into()
+                .expect("x, γ, β and, when added, the bias and the residual")
+        });
     }
 }
 

@@ -56,6 +56,13 @@ pub fn per_token_packed<const N: usize>(linears: [&Linear; N], x: Tensor<3>) -> 
     tokens_times(x, weight, biases.map(|b| Tensor::cat(b, 0)))
 }
 
+/// `linear`'s product without its bias, `x W` `[batch, seq, d_out]`, as [`per_token`]
+/// computes it: for an epilogue that adds the bias itself ([`mlm_core::bias_gelu`],
+/// [`mlm_core::bias_residual_layer_norm`]).
+pub fn per_token_product(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
+    tokens_times(x, linear.weight.val(), None)
+}
+
 /// `x [batch, seq, d_in] · weight [d_in, d_out] (+ bias)` as one `[batch·seq, d_in]` product.
 fn tokens_times(x: Tensor<3>, weight: Tensor<2>, bias: Option<Tensor<1>>) -> Tensor<3> {
     let [batch, seq, d_in] = x.dims();

@@ -11,14 +11,14 @@ use burn::nn::{Dropout, Embedding, LayerNorm, Linear};
 use burn::tensor::{Bool, Int, Tensor};
 use mlm_core::attention::{self, PADDING_BIAS};
 use mlm_core::{
-    MaskedCrossEntropy, MaskedLanguageModel, MaskedTargets, MlmError, MlmHead, MlmLossOutput, gelu,
-    multi_head_attention_qkv_packed,
+    MaskedCrossEntropy, MaskedLanguageModel, MaskedTargets, MlmError, MlmHead, MlmLossOutput,
+    bias_gelu, bias_residual_layer_norm, gelu, multi_head_attention_qkv_packed,
 };
 
 #[cfg(doc)]
 use super::config::BertConfig;
 use crate::data::DeviceBatch;
-use crate::model::{MaskedLm, per_token, per_token_packed};
+use crate::model::{MaskedLm, per_token, per_token_packed, per_token_product};
 
 /// Token + position + segment embeddings, then LayerNorm and dropout.
 #[derive(Module, Debug)]
@@ -121,7 +121,16 @@ pub struct BertResidual {
 
 impl BertResidual {
     /// `LayerNorm(residual + dropout(dense(hidden)))`, `[batch, seq, _]` → `[batch, seq, d_model]`.
+    /// Without dropout, the dense layer's bias, the residual add and the LayerNorm are one
+    /// [`bias_residual_layer_norm`] (one kernel on flex).
     pub fn forward(&self, hidden: Tensor<3>, residual: Tensor<3>) -> Tensor<3> {
+        let (bias, beta) = (&self.dense.bias, &self.layer_norm.beta);
+        if let (Some(bias), Some(beta), 0.0) = (bias, beta, self.dropout.prob) {
+            let product = per_token_product(&self.dense, hidden);
+            let norm = (self.layer_norm.gamma.val(), beta.val());
+            let eps = self.layer_norm_eps;
+            return bias_residual_layer_norm(product, bias.val(), residual, norm, eps);
+        }
         let sum = residual + self.dropout.forward(per_token(&self.dense, hidden));
         norm(&self.layer_norm, self.layer_norm_eps, sum)
     }
@@ -155,7 +164,14 @@ impl BertLayer {
             .self_attention
             .forward(hidden.clone(), key_bias);
         let attended = self.attention.output.forward(context, hidden);
-        let expanded = gelu(per_token(&self.intermediate, attended.clone()));
+        let expanded = match &self.intermediate.bias {
+            // The bias and GELU in one pass over the product (one kernel on flex).
+            Some(bias) => bias_gelu(
+                per_token_product(&self.intermediate, attended.clone()),
+                bias.val(),
+            ),
+            None => gelu(per_token(&self.intermediate, attended.clone())),
+        };
         self.output.forward(expanded, attended)
     }
 }
