@@ -59,7 +59,7 @@ pub fn multi_head_attention(
         &query,
         &[query.dtype(), key.dtype(), value.dtype(), key_bias.dtype()],
     ) {
-        return crate::fused::flex_attention([query, key, value], key_bias, heads);
+        return crate::fused::flex_attention([query, key, value], None, key_bias, heads);
     }
     composed(query, key, value, key_bias, heads)
 }
@@ -69,17 +69,24 @@ pub fn multi_head_attention(
 /// kernel on burn-flex reads the three in place, and its backward writes their gradient as
 /// one tensor, so the projection's backward is one product, with no gradient sums.
 ///
+/// `qkv_bias`, when given, is the projection's bias, and `qkv` its product without it
+/// ([`crate::linear()`] with no bias): the kernel adds it to each head as it reads the head
+/// (no bias rows are written under the product), and its gradient is the packed gradient
+/// summed over the rows. The values are those of `qkv + qkv_bias` (bit for bit on flex).
+///
 /// # Shapes
 /// - `qkv`: `[batch, seq, 3·d_model]`, query in features `0..d_model`, key in
 ///   `d_model..2·d_model`, value in `2·d_model..3·d_model`, heads side by side in each
+/// - `qkv_bias`: `[3·d_model]`, in the same order
 /// - `key_bias`: `[batch, seq]`, as in [`multi_head_attention`]
 /// - output: `[batch, seq, d_model]`
 ///
 /// # Panics
 /// If the last dimension of `qkv` is not a multiple of 3, `d_model` not a multiple of
-/// `heads`, or `key_bias` is not `[batch, seq]`.
+/// `heads`, `qkv_bias` is not as long as that dimension, or `key_bias` is not `[batch, seq]`.
 pub fn multi_head_attention_qkv_packed(
     qkv: Tensor<3>,
+    qkv_bias: Option<Tensor<1>>,
     key_bias: Tensor<2>,
     heads: usize,
 ) -> Tensor<3> {
@@ -94,10 +101,24 @@ pub fn multi_head_attention_qkv_packed(
         "multi_head_attention_qkv_packed: key_bias is {bias_dims:?}, expected {:?}",
         [batch, seq]
     );
-    #[cfg(feature = "flex")]
-    if crate::fused::on_flex(&qkv, &[qkv.dtype(), key_bias.dtype()]) {
-        return crate::fused::flex_attention([qkv], key_bias, heads);
+    if let Some(qkv_bias) = &qkv_bias {
+        let len = qkv_bias.dims()[0];
+        assert!(
+            len == width,
+            "multi_head_attention_qkv_packed: qkv_bias is [{len}], qkv's last dimension {width}"
+        );
     }
+    #[cfg(feature = "flex")]
+    {
+        let qkv_bias_dtype = qkv_bias.as_ref().map_or(qkv.dtype(), |b| b.dtype());
+        if crate::fused::on_flex(&qkv, &[qkv.dtype(), qkv_bias_dtype, key_bias.dtype()]) {
+            return crate::fused::flex_attention([qkv], qkv_bias, key_bias, heads);
+        }
+    }
+    let qkv = match qkv_bias {
+        Some(bias) => qkv + bias.reshape([1, 1, width]),
+        None => qkv,
+    };
     let d_model = width / 3;
     let [query, key, value] = [0, 1, 2].map(|i| qkv.clone().narrow(2, i * d_model, d_model));
     composed(query, key, value, key_bias, heads)

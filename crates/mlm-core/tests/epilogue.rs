@@ -1,19 +1,25 @@
-//! The fused epilogues of a linear layer ([`bias_gelu`], [`bias_residual_layer_norm`]) against
-//! the unfused ops: bit for bit in `f32` on flex (values and every gradient), and against the
+//! The fused epilogues of a linear layer ([`bias_gelu`], [`bias_residual_layer_norm`], and
+//! the query, key and value bias that [`multi_head_attention_qkv_packed`] adds) against the
+//! unfused ops: bit for bit in `f32` on flex (values and every gradient), and against the
 //! same formulas composed in `f64` (the kernels take `f32` only, so `f64` runs the tensor ops).
 
 use burn::tensor::{DType, Distribution, Tensor, TensorData};
-use mlm_core::{bias_gelu, bias_residual_layer_norm, gelu, layer_norm, linear};
+use mlm_core::attention::PADDING_BIAS;
+use mlm_core::{
+    bias_gelu, bias_residual_layer_norm, gelu, layer_norm, linear, multi_head_attention_qkv_packed,
+};
 
 mod common;
 use common::{device, values};
 
 const ROWS: usize = 37;
 const D_IN: usize = 24;
-const D_OUT: usize = 40;
+/// Also `3 · d_model` for attention: d_model 16, two heads of 8.
+const D_OUT: usize = 48;
 
 /// Inputs of one epilogue: `x [2, ROWS, D_IN]`, `W [D_IN, D_OUT]`, `b, γ, β [D_OUT]`,
-/// `residual [2, ROWS, D_OUT]`, seeded normal values.
+/// `residual [2, ROWS, D_OUT]`, seeded normal values (standard deviation 0.2 for `W`, 1
+/// elsewhere).
 struct Inputs {
     data: Vec<(TensorData, Vec<usize>)>,
 }
@@ -32,12 +38,13 @@ impl Inputs {
         let data = shapes
             .into_iter()
             .map(|shape| {
-                let v = TensorData::random::<f64, _, _>(
-                    shape.clone(),
-                    Distribution::Normal(0.0, 1.0),
-                    &mut rng,
-                );
-                (v, shape)
+                // The weight at BERT's initial scale, so that attention's scores stay soft.
+                let std = if shape == [D_IN, D_OUT] { 0.2 } else { 1.0 };
+                let normal = Distribution::Normal(0.0, std);
+                (
+                    TensorData::random::<f64, _, _>(shape.clone(), normal, &mut rng),
+                    shape,
+                )
             })
             .collect();
         Self { data }
@@ -91,12 +98,24 @@ fn run(inputs: &Tracked, f: impl Fn(&Tracked) -> Tensor<3>) -> Vec<Vec<f64>> {
     ]
 }
 
-/// The feed-forward's `GELU(x W + b)` (`"bias_gelu"`) or the residual block's
-/// `LayerNorm(residual + x W + b)`, fused or not.
+/// The feed-forward's `GELU(x W + b)` (`"bias_gelu"`), attention over the packed
+/// `x W + b` (`"attention"`, the last three keys of the second sequence padding) or the
+/// residual block's `LayerNorm(residual + x W + b)`, fused or not.
 fn epilogue(block: &str, fused: bool, t: &Tracked) -> Tensor<3> {
     let (x, w, b) = (t.x.clone(), t.w.clone(), t.b.clone());
     let norm = (t.gamma.clone(), t.beta.clone());
+    let padding: Vec<f64> = (0..2 * ROWS)
+        .map(|i| if i >= 2 * ROWS - 3 { PADDING_BIAS } else { 0.0 })
+        .collect();
+    let key_bias =
+        Tensor::<2>::from_data(TensorData::new(padding, [2, ROWS]), (&device(), x.dtype()));
     match (block, fused) {
+        ("attention", true) => {
+            multi_head_attention_qkv_packed(linear(x, w, None), Some(b), key_bias, 2)
+        }
+        ("attention", false) => {
+            multi_head_attention_qkv_packed(linear(x, w, Some(b)), None, key_bias, 2)
+        }
         ("bias_gelu", true) => bias_gelu(linear(x, w, None), b),
         ("bias_gelu", false) => gelu(linear(x, w, Some(b))),
         (_, true) => {
@@ -116,7 +135,7 @@ fn epilogue(block: &str, fused: bool, t: &Tracked) -> Tensor<3> {
 fn fused_epilogues_give_the_unfused_bits_and_the_f64_values() {
     let inputs = Inputs::new(3);
     let names = ["output", "∂x", "∂W", "∂b", "∂γ", "∂β", "∂residual"];
-    for block in ["bias_gelu", "bias_residual_layer_norm"] {
+    for block in ["bias_gelu", "attention", "bias_residual_layer_norm"] {
         let at = |dtype, fused| run(&inputs.tensors(dtype), |t| epilogue(block, fused, t));
         let (fused, unfused) = (at(DType::F32, true), at(DType::F32, false));
         let reference = at(DType::F64, true);
@@ -139,12 +158,17 @@ fn fused_epilogues_give_the_unfused_bits_and_the_f64_values() {
             }
         }
         let used = fused.iter().filter(|g| !g.is_empty()).count();
-        assert_eq!(used, if block == "bias_gelu" { 4 } else { 7 }, "{block}");
+        let inputs_used = if block == "bias_residual_layer_norm" {
+            7
+        } else {
+            4
+        };
+        assert_eq!(used, inputs_used, "{block}");
     }
 }
 
 #[test]
-#[should_panic(expected = "bias_residual_layer_norm: the residual is [2, 37, 39]")]
+#[should_panic(expected = "bias_residual_layer_norm: the residual is [2, 37, 47]")]
 fn a_residual_of_another_shape_is_refused() {
     let t = Inputs::new(4).tensors(DType::F32);
     let residual = t.residual.narrow(2, 0, D_OUT - 1);
@@ -153,7 +177,7 @@ fn a_residual_of_another_shape_is_refused() {
 }
 
 #[test]
-#[should_panic(expected = "bias_gelu: a vector of [39] for a product whose last dimension is 40")]
+#[should_panic(expected = "bias_gelu: a vector of [47] for a product whose last dimension is 48")]
 fn a_bias_of_another_length_is_refused() {
     let t = Inputs::new(5).tensors(DType::F32);
     bias_gelu(linear(t.x, t.w, None), t.b.narrow(0, 0, D_OUT - 1));

@@ -126,13 +126,22 @@ unsafe fn gemm(dst: *mut f32, dst_row_stride: usize, lhs: View, rhs: View, beta:
 }
 
 /// `(context [batch, seq, d_model], probs [batch, heads, seq, seq])` of `q`, `k`, `v`
-/// (`[batch, seq, _]` at [`Dims::qkv_stride`]) and `key_bias [batch, seq]`.
-pub(super) fn forward(
-    [q, k, v]: [&[f32]; 3],
+/// (`[batch, seq, _]` at [`Dims::qkv_stride`]) plus their `bias` (`[3·d_model]`: query, key
+/// and value side by side; empty for none) and `key_bias [batch, seq]`. The bias is added to
+/// `q`, `k`, `v` in place, each head's by the task that then reads it (in cache), so that
+/// the backward reads the biased values as they are.
+///
+/// # Safety
+/// Each of `qkv` must point to a live buffer that holds its `[batch, seq, d_model]` at that
+/// stride, and no other thread may touch them during the call.
+pub(super) unsafe fn forward(
+    qkv: [*mut f32; 3],
+    bias: &[f32],
     key_bias: &[f32],
     dims: Dims,
 ) -> (Vec<f32>, Vec<f32>) {
     let (seq, stride) = (dims.seq, dims.qkv_stride);
+    let [q, k, v] = qkv.map(Out);
     // Every head's block of the context is written (not read) by its task's second product:
     // the buffer is not zeroed first.
     let context_len = dims.batch * seq * dims.d_model;
@@ -143,11 +152,18 @@ pub(super) fn forward(
         .par_chunks_mut(seq * seq)
         .enumerate()
         .for_each(|(bh, p)| {
-            let bias = &key_bias[bh / dims.heads * seq..][..seq];
-            let head = |x, transposed| View::head(x, dims, bh, stride, transposed);
+            let key_bias = &key_bias[bh / dims.heads * seq..][..seq];
+            let off = dims.offset(bh, stride);
+            if !bias.is_empty() {
+                // SAFETY: the head's blocks of q, k, v are this task's alone.
+                unsafe { add_head_bias([q, k, v].map(|x| x.at(off)), bias, dims, bh) };
+            }
+            let head = |x: Out, transposed| {
+                View::new(x.at(off), [seq, dims.d_head()], [stride, 1], transposed)
+            };
             // SAFETY: the views lie inside q, k, v and `p`; the context block is this
             // head's own (`Out`).
-            // S = q kᵀ / √d, then P = softmax(S + bias) row by row, then context = P v.
+            // S = q kᵀ / √d, then P = softmax(S + key_bias) row by row, then context = P v.
             unsafe {
                 gemm(
                     p.as_mut_ptr(),
@@ -157,7 +173,8 @@ pub(super) fn forward(
                     dims.scale(),
                 )
             };
-            p.chunks_mut(seq).for_each(|row| cpu::softmax(row, bias));
+            p.chunks_mut(seq)
+                .for_each(|row| cpu::softmax(row, key_bias));
             let p = View::square(p, seq, false);
             unsafe {
                 gemm(
@@ -172,6 +189,25 @@ pub(super) fn forward(
     // SAFETY: the tasks above wrote every block of the context's `context_len` values.
     unsafe { context.set_len(context_len) };
     (context, probs)
+}
+
+/// `x ← x + bias` for head `bh`'s blocks `[seq, d_head]` of query, key and value (at
+/// `heads`, their first elements), each with its part of `bias` `[3·d_model]`.
+///
+/// # Safety
+/// Each of `heads` must point to a live block of `seq` rows of `d_head` values at
+/// [`Dims::qkv_stride`] that no other thread touches during the call.
+unsafe fn add_head_bias(heads: [*mut f32; 3], bias: &[f32], dims: Dims, bh: usize) {
+    let (d_head, h) = (dims.d_head(), bh % dims.heads);
+    for (i, head) in heads.into_iter().enumerate() {
+        let bias = &bias[i * dims.d_model + h * d_head..][..d_head];
+        for row in 0..dims.seq {
+            // SAFETY: row `row` of the block, as the caller vouches.
+            let row =
+                unsafe { std::slice::from_raw_parts_mut(head.add(row * dims.qkv_stride), d_head) };
+            cpu::add_assign(row, bias);
+        }
+    }
 }
 
 /// `[∂q, ∂k, ∂v]` into `d_qkv` (each `[batch, seq, _]` at [`Dims::qkv_stride`], every

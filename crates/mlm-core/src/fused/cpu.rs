@@ -215,90 +215,33 @@ fn normal_cdf(x: f32) -> f32 {
     0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
-/// `y = u Φ(u)` elementwise (GELU, Hendrycks & Gimpel 2016, in BERT's erf form) of
-/// `u = x + bias`, the bias (`[d]`, or empty for none) added to each row of `d` values; and
-/// `Φ(u)` into `cdf` when given (its backward's costlier half, kept rather than computed
-/// again). Both are written whole, never read: fresh memory needs no zeroing. `x + bias`
-/// is the `b + x W` the linear layer's product would have made, bit for bit.
+/// `y = x Φ(x)` elementwise (GELU, Hendrycks & Gimpel 2016, in BERT's erf form), and `Φ(x)`
+/// into `cdf` when given (its backward's costlier half, kept rather than computed again).
+/// Both are written whole, never read: fresh memory needs no zeroing.
 #[inline(always)]
-fn gelu_slice(
-    x: &[f32],
-    bias: &[f32],
-    y: &mut [MaybeUninit<f32>],
-    cdf: Option<&mut [MaybeUninit<f32>]>,
-) {
-    if bias.is_empty() {
-        return gelu_values(x.iter().copied(), y, cdf);
-    }
-    // Each row's `x + bias` into a buffer first: two simple loops vectorise better than
-    // one over a chain of iterators.
-    let d = bias.len();
-    let mut u = vec![0f32; d];
-    let rows = x.chunks_exact(d).zip(y.chunks_exact_mut(d));
-    match cdf {
-        Some(cdf) => rows.zip(cdf.chunks_exact_mut(d)).for_each(|((x, y), cdf)| {
-            add_into(&mut u, x, bias);
-            gelu_values(u.iter().copied(), y, Some(cdf));
-        }),
-        None => rows.for_each(|(x, y)| {
-            add_into(&mut u, x, bias);
-            gelu_values(u.iter().copied(), y, None);
-        }),
-    }
-}
-
-/// `u ← x + bias` (same lengths).
-#[inline(always)]
-fn add_into(u: &mut [f32], x: &[f32], bias: &[f32]) {
-    for ((u, &x), &b) in u.iter_mut().zip(x).zip(bias) {
-        *u = x + b;
-    }
-}
-
-/// GELU of the values `u` into `y`, and `Φ(u)` into `cdf` if given ([`gelu_slice`]).
-#[inline(always)]
-fn gelu_values(
-    u: impl Iterator<Item = f32>,
-    y: &mut [MaybeUninit<f32>],
-    cdf: Option<&mut [MaybeUninit<f32>]>,
-) {
+fn gelu_slice(x: &[f32], y: &mut [MaybeUninit<f32>], cdf: Option<&mut [MaybeUninit<f32>]>) {
     match cdf {
         Some(cdf) => {
-            for ((y, c), u) in y.iter_mut().zip(cdf).zip(u) {
-                let phi = normal_cdf(u);
+            for ((y, c), &x) in y.iter_mut().zip(cdf).zip(x) {
+                let phi = normal_cdf(x);
                 c.write(phi);
-                y.write(u * phi);
+                y.write(x * phi);
             }
         }
         None => y
             .iter_mut()
-            .zip(u)
-            .for_each(|(y, u)| _ = y.write(u * normal_cdf(u))),
+            .zip(x)
+            .for_each(|(y, &x)| _ = y.write(x * normal_cdf(x))),
     }
 }
 
-/// `grad ← grad · (Φ(u) + u φ(u))`, `φ(u) = exp(−u²/2)/√(2π)`: GELU's exact derivative at
-/// `u = x + bias` (as in [`gelu_slice`]), `Φ(u)` given (`cdf`, as [`gelu_slice`] wrote it).
+/// `grad ← grad · (Φ(x) + x φ(x))`, `φ(x) = exp(−x²/2)/√(2π)`: GELU's exact derivative, `Φ(x)`
+/// given (`cdf`, as [`gelu_slice`] wrote it).
 #[inline(always)]
-fn gelu_backward_slice(x: &[f32], bias: &[f32], cdf: &[f32], grad: &mut [f32]) {
-    if bias.is_empty() {
-        return gelu_backward_values(x.iter().copied(), cdf, grad);
-    }
-    let d = bias.len();
-    let mut u = vec![0f32; d];
-    let rows = x.chunks_exact(d).zip(cdf.chunks_exact(d));
-    for ((x, cdf), grad) in rows.zip(grad.chunks_exact_mut(d)) {
-        add_into(&mut u, x, bias);
-        gelu_backward_values(u.iter().copied(), cdf, grad);
-    }
-}
-
-/// `grad ← grad · GELU'(u)` over the values `u` ([`gelu_backward_slice`]).
-#[inline(always)]
-fn gelu_backward_values(u: impl Iterator<Item = f32>, cdf: &[f32], grad: &mut [f32]) {
+fn gelu_backward_slice(x: &[f32], cdf: &[f32], grad: &mut [f32]) {
     const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
-    for ((g, u), &c) in grad.iter_mut().zip(u).zip(cdf) {
-        *g *= c + u * FRAC_1_SQRT_2PI * exp(-0.5 * u * u);
+    for ((g, &x), &c) in grad.iter_mut().zip(x).zip(cdf) {
+        *g *= c + x * FRAC_1_SQRT_2PI * exp(-0.5 * x * x);
     }
 }
 
@@ -306,6 +249,14 @@ fn gelu_backward_values(u: impl Iterator<Item = f32>, cdf: &[f32], grad: &mut [f
 #[inline(always)]
 fn add_slice(dst: &mut [f32], src: &[f32]) {
     dst.iter_mut().zip(src).for_each(|(d, &s)| *d += s);
+}
+
+/// `dst ← (a + b) + c` (same lengths).
+#[inline(always)]
+fn sum_slice(dst: &mut [f32], a: &[f32], b: &[f32], c: &[f32]) {
+    for (((d, &a), &b), &c) in dst.iter_mut().zip(a).zip(b).zip(c) {
+        *d = (a + b) + c;
+    }
 }
 
 /// `dst ← dst + Σ_rows row` over the rows of `dst.len()` values in `rows`, one row after
@@ -523,24 +474,25 @@ multiversion! {
 }
 
 multiversion! {
+    /// `dst ← (a + b) + c` ([`sum_slice`]).
+    pub(crate) fn sum(dst: &mut [f32], a: &[f32], b: &[f32], c: &[f32]) -> () = sum_slice;
+}
+
+multiversion! {
     /// `dst ← dst + Σ_rows row`, rows of `dst.len()` values ([`add_rows_slice`]).
     pub(crate) fn add_rows(dst: &mut [f32], rows: &[f32]) -> () = add_rows_slice;
 }
 
 multiversion! {
-    /// GELU of `x + bias` (the bias added to each row; empty for none) into `y`, and its
-    /// `Φ` into `cdf` if given (`x`, `y`, `cdf` the same length, whole rows) ([`gelu_slice`]).
+    /// GELU of `x` into `y`, and `Φ(x)` into `cdf` if given (all the same length).
     pub(crate) fn gelu(
-        x: &[f32], bias: &[f32], y: &mut [MaybeUninit<f32>], cdf: Option<&mut [MaybeUninit<f32>]>
+        x: &[f32], y: &mut [MaybeUninit<f32>], cdf: Option<&mut [MaybeUninit<f32>]>
     ) -> () = gelu_slice;
 }
 
 multiversion! {
-    /// `grad ← grad · GELU'(x + bias)` from `x`, the bias (empty for none) and the `Φ` that
-    /// [`gelu`] kept (all but the bias the same length, whole rows) ([`gelu_backward_slice`]).
-    pub(crate) fn gelu_backward(
-        x: &[f32], bias: &[f32], cdf: &[f32], grad: &mut [f32]
-    ) -> () = gelu_backward_slice;
+    /// `grad ← grad · GELU'(x)` from `x` and its `Φ(x)` (all the same length).
+    pub(crate) fn gelu_backward(x: &[f32], cdf: &[f32], grad: &mut [f32]) -> () = gelu_backward_slice;
 }
 
 multiversion! {

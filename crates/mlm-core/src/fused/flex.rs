@@ -174,7 +174,7 @@ pub(crate) fn flex_gelu<const D: usize>(x: Tensor<D>, bias: Option<Tensor<1>>) -
     match route(&x, &[x.dtype()]) {
         Route::Plain => {
             let bias = bias.map(|b| plain(b).to_contiguous());
-            let y = gelu(&plain(x), bias.as_ref().map(values), false).0;
+            let y = gelu(plain(x), bias.as_ref().map(values), false).0;
             Tensor::from_primitive::<Flex>(y)
         }
         Route::Tracked(strategy) => with_strategy!(strategy, |C| tracked_gelu::<C, D>(x, bias)),
@@ -182,8 +182,8 @@ pub(crate) fn flex_gelu<const D: usize>(x: Tensor<D>, bias: Option<Tensor<1>>) -
     }
 }
 
-/// GELU of `x + bias`, with one autodiff operation over `x` (and the bias) that keeps `x`,
-/// the bias and `Φ(x + bias)` for backward.
+/// GELU of `x + bias`, with one autodiff operation over `x` (and the bias) that keeps
+/// `x + bias` and its `Φ` for backward.
 fn tracked_gelu<C: CheckpointStrategy, const D: usize>(
     x: Tensor<D>,
     bias: Option<Tensor<1>>,
@@ -192,11 +192,11 @@ where
     DispatchTensor: DispatchKindConversion<Autodiff<Flex, C>>,
 {
     let (x, node) = tracked_parts::<C, D>(x);
-    let x = x.to_contiguous(); // the backward reads it as a slice
     let run = |bias: Option<FlexTensor>| {
         move |tracked: bool| {
-            let (y, cdf) = gelu(&x, bias.as_ref().map(values), tracked);
-            (y, cdf.map(|cdf| GeluState { x, bias, cdf }))
+            let (y, u, cdf) = gelu(x, bias.as_ref().map(values), tracked);
+            let d_bias = bias.map(|b| b.shape()[0]);
+            (y, cdf.map(|cdf| GeluState { u, cdf, d_bias }))
         }
     };
     let y = match bias.map(tracked_parts::<C, 1>) {
@@ -206,16 +206,17 @@ where
     from_tracked::<C, D>(y)
 }
 
-/// What GELU's backward needs: its input `x`, the bias if any, and `Φ(x + bias)`.
+/// What GELU's backward needs: its pre-activation `u = x (+ bias)`, `Φ(u)`, and the bias's
+/// length if there is one.
 #[derive(Clone, Debug)]
 struct GeluState {
-    x: FlexTensor,
-    bias: Option<FlexTensor>,
+    u: FlexTensor,
     cdf: FlexTensor,
+    d_bias: Option<usize>,
 }
 
-/// GELU's backward: `∂x = grad · GELU'(x + bias)`, written over the incoming gradient, and
-/// the bias's `Σ_rows ∂x`, summed row after row (as the linear layer's `∂b`).
+/// GELU's backward: `∂x = grad · GELU'(u)`, written over the incoming gradient, and the
+/// bias's `Σ_rows ∂x`, summed row after row (as the linear layer's `∂b`).
 #[derive(Debug)]
 struct GeluBackward;
 
@@ -228,20 +229,18 @@ impl<const N: usize> Backward<Flex, N> for GeluBackward {
         grads: &mut Gradients,
         _checkpointer: &mut Checkpointer,
     ) {
-        backward_with(ops, grads, |GeluState { x, bias, cdf }, grad| {
-            let bias = bias.as_ref().map_or(&[][..], values);
+        backward_with(ops, grads, |GeluState { u, cdf, d_bias }, grad| {
             // The incoming gradient is rarely shared: scaled in place, no buffer is made.
             let mut grad = owned(grad);
-            let chunk = rows_chunk(bias.len());
             grad.storage_mut::<f32>()
-                .par_chunks_mut(chunk)
+                .par_chunks_mut(CHUNK)
                 .zip(
-                    values(&x)
-                        .par_chunks(chunk)
-                        .zip(values(&cdf).par_chunks(chunk)),
+                    values(&u)
+                        .par_chunks(CHUNK)
+                        .zip(values(&cdf).par_chunks(CHUNK)),
                 )
-                .for_each(|(grad, (x, cdf))| cpu::gelu_backward(x, bias, cdf, grad));
-            let d_bias = (!bias.is_empty()).then(|| row_sums(&grad, bias.len()));
+                .for_each(|(grad, (u, cdf))| cpu::gelu_backward(u, cdf, grad));
+            let d_bias = d_bias.map(|d| row_sums(&grad, d));
             let d_inputs: Vec<_> = std::iter::once(grad).chain(d_bias).collect();
             d_inputs
                 .try_into()
@@ -258,39 +257,52 @@ fn row_sums(t: &FlexTensor, d: usize) -> FlexTensor {
     flex_tensor(sums, [d])
 }
 
-/// Elements per parallel task of an elementwise kernel over rows of `d` values (`0`: no
-/// rows): about [`CHUNK`], whole rows.
-fn rows_chunk(d: usize) -> usize {
-    let d = d.max(1);
-    (CHUNK / d).max(1) * d
-}
-
-/// GELU of a `Flex` tensor (of `x + bias`, with a bias `[d]` over its rows), in parallel
-/// chunks of whole rows, and its `Φ` when `keep_cdf` (for the backward).
-fn gelu(x: &FlexTensor, bias: Option<&[f32]>, keep_cdf: bool) -> (FlexTensor, Option<FlexTensor>) {
-    let x = x.to_contiguous();
-    let shape = x.layout().shape().clone();
-    let x = values(&x);
-    let bias = bias.unwrap_or(&[]);
-    let chunk = rows_chunk(bias.len());
+/// GELU of a `Flex` tensor `x`, or of `x + bias` with a bias `[d]` added to each row of `x`
+/// in place (`x` is then owned, [`owned`]) by the task that reads it, in parallel chunks of
+/// whole rows; returns the output, the pre-activation `u` (`x`, biased) and `Φ(u)` when
+/// `keep_cdf` (for the backward).
+fn gelu(
+    x: FlexTensor,
+    bias: Option<&[f32]>,
+    keep_cdf: bool,
+) -> (FlexTensor, FlexTensor, Option<FlexTensor>) {
+    let mut u = match bias {
+        Some(_) => owned(x),
+        None => x.to_contiguous(),
+    };
+    let shape = u.layout().shape().clone();
+    let len = shape.num_elements();
+    let chunk = bias.map_or(CHUNK, |b| (CHUNK / b.len().max(1)).max(1) * b.len());
     let (mut y, mut cdf) = (Vec::new(), keep_cdf.then(Vec::new));
-    let ys = spare(&mut y, x.len()).par_chunks_mut(chunk);
-    match &mut cdf {
-        Some(cdf) => ys
-            .zip(spare(cdf, x.len()).par_chunks_mut(chunk))
-            .zip(x.par_chunks(chunk))
-            .for_each(|((y, cdf), x)| cpu::gelu(x, bias, y, Some(cdf))),
-        None => ys
-            .zip(x.par_chunks(chunk))
-            .for_each(|(y, x)| cpu::gelu(x, bias, y, None)),
+    let ys = spare(&mut y, len).par_chunks_mut(chunk);
+    // Each task's Φ, or none: one list, so that one loop serves both.
+    let cdfs: Vec<_> = match &mut cdf {
+        Some(cdf) => spare(cdf, len).chunks_mut(chunk).map(Some).collect(),
+        None => (0..len.div_ceil(chunk)).map(|_| None).collect(),
+    };
+    let tasks = ys.zip(cdfs);
+    match bias {
+        Some(bias) => u
+            .storage_mut::<f32>()
+            .par_chunks_mut(chunk)
+            .zip(tasks)
+            .for_each(|(u, (y, cdf))| {
+                u.chunks_exact_mut(bias.len())
+                    .for_each(|row| cpu::add_assign(row, bias));
+                cpu::gelu(u, y, cdf);
+            }),
+        None => values(&u)
+            .par_chunks(chunk)
+            .zip(tasks)
+            .for_each(|(u, (y, cdf))| cpu::gelu(u, y, cdf)),
     }
     // SAFETY: the GELU kernel wrote every value of both.
     unsafe {
-        y.set_len(x.len());
-        cdf.iter_mut().for_each(|cdf| cdf.set_len(x.len()));
+        y.set_len(len);
+        cdf.iter_mut().for_each(|cdf| cdf.set_len(len));
     }
     let cdf = cdf.map(|cdf| flex_tensor(cdf, shape.clone()));
-    (flex_tensor(y, shape), cdf)
+    (flex_tensor(y, shape), u, cdf)
 }
 
 /// `len` values of room at the end of the empty `v`, for a kernel that writes all of them
@@ -476,52 +488,64 @@ fn kernel(
 /// the [`attention`] kernel, under autodiff one operation over its inputs (the key bias is a
 /// constant: it gets no gradient). The inputs are query, key and value as three tensors
 /// `[batch, seq, d_model]` (`N` = 3), or packed side by side in one `[batch, seq, 3·d_model]`
-/// (`N` = 1), whose gradient is then one tensor too.
+/// (`N` = 1), whose gradient is then one tensor too; a packed input may come with the
+/// projection's bias `[3·d_model]` (`qkv_bias`), added as the kernel reads each head.
 pub(crate) fn flex_attention<const N: usize>(
     inputs: [Tensor<3>; N],
+    qkv_bias: Option<Tensor<1>>,
     key_bias: Tensor<2>,
     heads: usize,
 ) -> Tensor<3> {
     match route(&inputs[0], &[]) {
         Route::Plain => {
-            let (context, _) = flex_attention_forward(inputs.map(plain), plain(key_bias), heads);
+            let inputs = inputs.map(plain).to_vec();
+            let qkv_bias = qkv_bias.map(plain);
+            let (context, _) = flex_attention_forward(inputs, qkv_bias, plain(key_bias), heads);
             Tensor::from_primitive::<Flex>(context)
         }
-        Route::Tracked(strategy) => {
-            with_strategy!(strategy, |C| tracked_attention::<C, N>(
-                inputs, key_bias, heads
-            ))
-        }
+        Route::Tracked(strategy) => with_strategy!(strategy, |C| {
+            tracked_attention::<C, N>(inputs, qkv_bias, key_bias, heads)
+        }),
         Route::Other => unreachable!("flex_attention off flex: the caller checks on_flex"),
     }
 }
 
-/// What attention's backward needs: its inputs (three, or one packed), the probabilities
-/// `[batch, heads, seq, seq]` and the shape.
+/// What attention's backward needs: its inputs (three, or one packed, biased if a bias was
+/// given), the probabilities `[batch, heads, seq, seq]`, the shape, and the packed input's
+/// bias length if there was one.
 #[derive(Clone, Debug)]
-struct AttentionState<const N: usize> {
-    inputs: [FlexTensor; N],
+struct AttentionState {
+    inputs: Vec<FlexTensor>,
     probs: FlexTensor,
     dims: attention::Dims,
+    qkv_bias: Option<usize>,
 }
 
-/// Query, key and value of `inputs` (three tensors, or one packed) as the kernel reads them.
-fn qkv_views<const N: usize>(inputs: &[FlexTensor; N], d_model: usize) -> [&[f32]; 3] {
-    match *inputs.each_ref().map(values).as_slice() {
+/// Query, key and value of `inputs` (three tensors, or one packed) as the kernel reads them:
+/// their first elements.
+fn qkv_starts(inputs: &[FlexTensor], d_model: usize) -> [*const f32; 3] {
+    match *inputs
+        .iter()
+        .map(|x| values(x).as_ptr())
+        .collect::<Vec<_>>()
+    {
         [q, k, v] => [q, k, v],
-        [packed] => [0, 1, 2].map(|i| &packed[i * d_model..]),
+        // SAFETY (of the arithmetic): the packed buffer holds 3·d_model a token.
+        [packed] => [0, 1, 2].map(|i| unsafe { packed.add(i * d_model) }),
         _ => unreachable!("attention takes three tensors or one packed"),
     }
 }
 
-/// The context `[batch, seq, d_model]` of `Flex` tensors, and the state for backward.
-fn flex_attention_forward<const N: usize>(
-    inputs: [FlexTensor; N],
+/// The context `[batch, seq, d_model]` of `Flex` tensors, and the state for backward. A
+/// packed input with a bias is owned ([`owned`]) and the bias added to it in place.
+fn flex_attention_forward(
+    inputs: Vec<FlexTensor>,
+    qkv_bias: Option<FlexTensor>,
     key_bias: FlexTensor,
     heads: usize,
-) -> (FlexTensor, AttentionState<N>) {
+) -> (FlexTensor, AttentionState) {
     let [batch, seq, width] = inputs[0].shape().dims::<3>();
-    let d_model = width * N / 3;
+    let d_model = width * inputs.len() / 3;
     let dims = attention::Dims {
         batch,
         seq,
@@ -529,25 +553,40 @@ fn flex_attention_forward<const N: usize>(
         d_model,
         qkv_stride: width,
     };
-    let inputs = inputs.map(|x| x.to_contiguous());
+    let qkv_bias = qkv_bias.map(|b| b.to_contiguous());
+    let mut inputs: Vec<_> = match qkv_bias {
+        Some(_) => inputs.into_iter().map(owned).collect(),
+        None => inputs.into_iter().map(|x| x.to_contiguous()).collect(),
+    };
     let key_bias = key_bias.to_contiguous();
-    let qkv = qkv_views(&inputs, d_model);
-    let (context, probs) = attention::forward(qkv, values(&key_bias), dims);
-    let context = flex_tensor(context, [batch, seq, d_model]);
-    let probs = flex_tensor(probs, [batch, heads, seq, seq]);
-    (
-        context,
-        AttentionState {
-            inputs,
-            probs,
-            dims,
-        },
-    )
+    // The buffers are this call's alone to write when biased (owned), and never written
+    // otherwise.
+    let starts = match qkv_bias {
+        Some(_) => {
+            let packed = inputs[0].storage_mut::<f32>().as_mut_ptr();
+            // SAFETY (of the arithmetic): the packed buffer holds 3·d_model a token.
+            [0, 1, 2].map(|i| unsafe { packed.add(i * d_model) })
+        }
+        None => qkv_starts(&inputs, d_model).map(|x| x.cast_mut()),
+    };
+    let bias = qkv_bias.as_ref().map_or(&[][..], values);
+    // SAFETY: each start holds its `[batch, seq, d_model]` at the stride, and nothing else
+    // touches the inputs during the call.
+    let (context, probs) = unsafe { attention::forward(starts, bias, values(&key_bias), dims) };
+    let state = AttentionState {
+        inputs,
+        probs: flex_tensor(probs, [batch, heads, seq, seq]),
+        dims,
+        qkv_bias: qkv_bias.map(|b| b.shape()[0]),
+    };
+    (flex_tensor(context, [batch, seq, d_model]), state)
 }
 
-/// Attention over autodiff tensors: one operation from its `N` inputs.
+/// Attention over autodiff tensors: one operation from its `N` inputs (and the packed
+/// input's bias).
 fn tracked_attention<C: CheckpointStrategy, const N: usize>(
     inputs: [Tensor<3>; N],
+    qkv_bias: Option<Tensor<1>>,
     key_bias: Tensor<2>,
     heads: usize,
 ) -> Tensor<3>
@@ -560,21 +599,33 @@ where
         values.push(x);
         node
     });
-    let values: [FlexTensor; N] = values.try_into().expect("one value per input");
-    let context = record::<C, N, _>(AttentionBackward, nodes, |tracked| {
-        let (context, state) = flex_attention_forward(values, plain(key_bias), heads);
-        (context, tracked.then_some(state))
-    });
+    let key_bias = plain(key_bias);
+    let run = |qkv_bias| {
+        move |tracked: bool| {
+            let (context, state) = flex_attention_forward(values, qkv_bias, key_bias, heads);
+            (context, tracked.then_some(state))
+        }
+    };
+    let context = match (qkv_bias.map(tracked_parts::<C, 1>), nodes) {
+        (None, nodes) => record::<C, N, _>(AttentionBackward, nodes, run(None)),
+        (Some((b, nb)), nodes) => {
+            let [packed] = Vec::from(nodes)
+                .try_into()
+                .expect("a bias comes with a packed input");
+            record::<C, 2, _>(AttentionBackward, [packed, nb], run(Some(b)))
+        }
+    };
     from_tracked::<C, 3>(context)
 }
 
 /// Attention's backward: the four products and the softmax's backward of
-/// [`attention::backward`], from the saved inputs and probabilities.
+/// [`attention::backward`], from the saved inputs and probabilities; the bias's gradient is
+/// the packed gradient summed over the rows.
 #[derive(Debug)]
 struct AttentionBackward;
 
 impl<const N: usize> Backward<Flex, N> for AttentionBackward {
-    type State = AttentionState<N>;
+    type State = AttentionState;
 
     fn backward(
         self,
@@ -582,39 +633,52 @@ impl<const N: usize> Backward<Flex, N> for AttentionBackward {
         grads: &mut Gradients,
         _checkpointer: &mut Checkpointer,
     ) {
-        backward_with(ops, grads, attention_backward);
+        backward_with(ops, grads, |state, d_context| {
+            let mut d_inputs = attention_backward(&state, d_context);
+            if let Some(d) = state.qkv_bias {
+                d_inputs.push(row_sums(&d_inputs[0], d));
+            }
+            d_inputs
+                .try_into()
+                .expect("a gradient per input, and the bias's")
+        });
     }
 }
 
 /// The gradients of attention's inputs ([`attention::backward`]), each shaped as its input,
 /// from the saved state and the incoming gradient of the context.
-fn attention_backward<const N: usize>(
-    state: AttentionState<N>,
-    d_context: FlexTensor,
-) -> [FlexTensor; N] {
-    let AttentionState {
-        inputs,
-        probs,
-        dims,
-    } = state;
-    let shape = inputs[0].layout().shape().clone();
+fn attention_backward(state: &AttentionState, d_context: FlexTensor) -> Vec<FlexTensor> {
+    let shape = state.inputs[0].layout().shape().clone();
     let len = shape.num_elements();
-    let mut grads: [Vec<f32>; N] = [(); N].map(|_| Vec::with_capacity(len));
-    let d_model = dims.d_model;
-    let outputs: [*mut f32; 3] = match *grads.each_mut().map(|g| g.as_mut_ptr()).as_slice() {
+    let mut grads: Vec<Vec<f32>> = state
+        .inputs
+        .iter()
+        .map(|_| Vec::with_capacity(len))
+        .collect();
+    let d_model = state.dims.d_model;
+    let outputs: [*mut f32; 3] = match *grads.iter_mut().map(|g| g.as_mut_ptr()).collect::<Vec<_>>()
+    {
         [dq, dk, dv] => [dq, dk, dv],
         // SAFETY (of the arithmetic): the packed buffer holds 3·d_model a token.
         [packed] => [0, 1, 2].map(|i| unsafe { packed.add(i * d_model) }),
         _ => unreachable!("attention takes three tensors or one packed"),
     };
-    let qkv = qkv_views(&inputs, d_model);
+    let qkv = match *state.inputs.iter().map(values).collect::<Vec<_>>() {
+        [q, k, v] => [q, k, v],
+        [packed] => [0, 1, 2].map(|i| &packed[i * d_model..]),
+        _ => unreachable!("attention takes three tensors or one packed"),
+    };
     // SAFETY: `grads` hold room for `[batch, seq, d_model]` at the stride `dims` states,
     // nothing else touches them during the call, and it writes every value before `set_len`.
     unsafe {
-        attention::backward(qkv, values(&probs), values(&d_context), dims, outputs);
+        let (probs, d_context) = (values(&state.probs), values(&d_context));
+        attention::backward(qkv, probs, d_context, state.dims, outputs);
         grads.iter_mut().for_each(|grad| grad.set_len(len));
     }
-    grads.map(|grad| flex_tensor(grad, shape.clone()))
+    grads
+        .into_iter()
+        .map(|grad| flex_tensor(grad, shape.clone()))
+        .collect()
 }
 
 /// `(x, gamma, beta)` of [`crate::layer_norm`].
@@ -690,9 +754,7 @@ fn flex_layer_norm_forward(
                     x
                 } else {
                     let start = (task * NORM_ROWS + j) * d;
-                    sum.copy_from_slice(x);
-                    cpu::add_assign(&mut sum, bias);
-                    cpu::add_assign(&mut sum, &residual[start..start + d]);
+                    cpu::sum(&mut sum, x, bias, &residual[start..start + d]);
                     &sum
                 };
                 *r = cpu::layer_norm(x, g, b, eps as f32, y, x_hat);

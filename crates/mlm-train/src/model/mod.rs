@@ -43,17 +43,24 @@ pub fn per_token(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
 }
 
 /// The `linears` of one input side by side, `[batch, seq, Σ d_out]`: one product by their
-/// weights concatenated along the output features (and biases, where every one has one), as
-/// the query, key and value projections feed
-/// [`multi_head_attention_qkv_packed`](mlm_core::multi_head_attention_qkv_packed). The
-/// gradient reaches each weight through the concatenation; `x`'s is one product.
-pub fn per_token_packed<const N: usize>(linears: [&Linear; N], x: Tensor<3>) -> Tensor<3> {
+/// weights concatenated along the output features, as the query, key and value projections
+/// feed [`multi_head_attention_qkv_packed`](mlm_core::multi_head_attention_qkv_packed); and
+/// their biases concatenated likewise (where every one has one), not yet added: the
+/// attention kernel adds them as it reads each head. The gradient reaches each weight and
+/// bias through the concatenation; `x`'s is one product.
+pub fn per_token_packed<const N: usize>(
+    linears: [&Linear; N],
+    x: Tensor<3>,
+) -> (Tensor<3>, Option<Tensor<1>>) {
     let weight = Tensor::cat(linears.map(|l| l.weight.val()).to_vec(), 1);
     let biases: Option<Vec<Tensor<1>>> = linears
         .iter()
         .map(|l| l.bias.as_ref().map(|b| b.val()))
         .collect();
-    tokens_times(x, weight, biases.map(|b| Tensor::cat(b, 0)))
+    (
+        tokens_times(x, weight, None),
+        biases.map(|b| Tensor::cat(b, 0)),
+    )
 }
 
 /// `linear`'s product without its bias, `x W` `[batch, seq, d_out]`, as [`per_token`]

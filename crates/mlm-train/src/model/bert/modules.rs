@@ -89,8 +89,8 @@ impl BertSelfAttention {
         let heads = self.num_attention_heads;
         let projections = [&self.query, &self.key, &self.value];
         if self.dropout.prob == 0.0 {
-            let qkv = per_token_packed(projections, hidden);
-            return multi_head_attention_qkv_packed(qkv, key_bias, heads);
+            let (qkv, qkv_bias) = per_token_packed(projections, hidden);
+            return multi_head_attention_qkv_packed(qkv, qkv_bias, key_bias, heads);
         }
         let [query, key, value] = projections.map(|linear| per_token(linear, hidden.clone()));
         let probs = attention::probabilities(query, key, key_bias, heads);
