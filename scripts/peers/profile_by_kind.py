@@ -9,7 +9,8 @@ below whose leaf pattern matches the function the core was in, else to the first
 stack pattern matches a frame of its stack, else to "other". So a `memset` or page fault under
 a matmul's output allocation counts as zeroing, not as the product, a thread parked inside
 gemm's parallel loop as a hand-off, and gemm's own loop over its tiles (inlined into a
-thread-local access, `LocalKey::with`, whose name says nothing) as the product. Prints the four groups the step is judged by (products;
+thread-local access, `LocalKey::with`, whose name says nothing) as the product, under
+gemm's generic driver or its f32 entry alike. Prints the four groups the step is judged by (products;
 zeroing and page faults; elementwise kernels; thread hand-offs and idle cores) and the kinds
 within them, as a Markdown table.
 """
@@ -34,7 +35,7 @@ KINDS = [
      r"omp_|__sched|pthread_cond|sem_", None),
     ("products", "matrix products (gemm, packing included)",
      r"gemm|sgemm|mkl_blas|mkl_|dnnl|brgemm|jit_|cblas",
-     r"gemm_common::gemm::gemm_basic_generic|mkl_blas"),
+     r"gemm_common::gemm::gemm_basic_generic|gemm_f32::gemm::|mkl_blas"),
     ("elementwise kernels", "loss (fused cross-entropy)", r"cross_entropy", r"cross_entropy"),
     ("elementwise kernels", "GELU", r"gelu|Gelu", r"gelu|Gelu"),
     ("elementwise kernels", "LayerNorm", r"layer_norm|LayerNorm", r"layer_norm"),
@@ -42,7 +43,7 @@ KINDS = [
     ("elementwise kernels", "AdamW", r"[Aa]dam", r"[Aa]dam"),
     ("elementwise kernels", "copies", r"memmove|memcpy|to_contiguous|StridedIter|copy", None),
     ("elementwise kernels", "adds, gradient sums, reductions, gathers",
-     r"zip|binary|unary|scalar|reduce|sum|gather|select|embedding|macerator|vectorized|"
+     r"zip|binary|unary|scalar|reduce|sum|add_assign|add_rows|gather|select|embedding|macerator|vectorized|"
      r"at::native|at::vec|_ZN2at|c10", None),
     ("bookkeeping", "autodiff graph, dispatch and host work", None, None),
 ]
