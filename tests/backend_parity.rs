@@ -90,7 +90,7 @@ fn packed_attention_case(dtype: DType, device: &Device) -> [Vec<f64>; 4] {
         TensorData::new(padding_bias(batch, seq), [batch, seq]),
         (device, dtype),
     );
-    let context = multi_head_attention_qkv_packed(qkv.clone(), bias, 3);
+    let context = multi_head_attention_qkv_packed(qkv.clone(), None, bias, 3);
     let grads = (context.clone() * pseudo_random(4, dtype, device))
         .sum()
         .backward();
