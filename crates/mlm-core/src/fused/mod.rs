@@ -193,7 +193,7 @@ mod tests {
 
     #[test]
     fn every_instruction_set_gives_the_same_bits() {
-        use super::cpu::{Tier, WIDEST, add_rows, cross_entropy_row_in_place};
+        use super::cpu::{Tier, WIDEST, add_rows, cross_entropy_row_in_place, sum};
         // 1 000 + 7 values: whole 16-lane blocks and a tail.
         let n = 1007;
         let x: Vec<f32> = (0..n)
@@ -224,6 +224,8 @@ mod tests {
             softmax_backward(&p, &mut dp);
             let mut sums = vec![0f32; 19];
             add_rows(&mut sums, &x[..19 * 53]);
+            let mut three = vec![0f32; n];
+            sum(&mut three, &x, &w, &dy);
             let outputs = [
                 z,
                 y,
@@ -236,6 +238,7 @@ mod tests {
                 p,
                 dp,
                 sums,
+                three,
             ];
             bits.push(r.to_bits());
             bits.extend(outputs.iter().flatten().map(|v| v.to_bits()));
