@@ -72,7 +72,8 @@ pub fn multi_head_attention(
 /// `qkv_bias`, when given, is the projection's bias, and `qkv` its product without it
 /// ([`crate::linear()`] with no bias): the kernel adds it to each head as it reads the head
 /// (no bias rows are written under the product), and its gradient is the packed gradient
-/// summed over the rows. The values are those of `qkv + qkv_bias` (bit for bit on flex).
+/// summed over the rows. The values are those of `qkv + qkv_bias` (on flex bit for bit where
+/// the projection's inner dimension is at most 512: see [`crate::epilogue`]).
 ///
 /// # Shapes
 /// - `qkv`: `[batch, seq, 3·d_model]`, query in features `0..d_model`, key in
