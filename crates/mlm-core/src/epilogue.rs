@@ -28,7 +28,7 @@ use crate::{gelu, layer_norm};
 /// # Panics
 /// If `bias` is not as long as `product`'s last dimension.
 pub fn bias_gelu<const D: usize>(product: Tensor<D>, bias: Tensor<1>) -> Tensor<D> {
-    check_bias("bias_gelu", &product, &bias);
+    check_length("bias_gelu", &product, ("bias", &bias));
     #[cfg(feature = "flex")]
     if crate::fused::on_flex(&product, &[product.dtype(), bias.dtype()]) {
         return crate::fused::flex_gelu(product, Some(bias));
@@ -58,8 +58,8 @@ pub fn bias_residual_layer_norm<const D: usize>(
     epsilon: f64,
 ) -> Tensor<D> {
     let function = "bias_residual_layer_norm";
-    for vector in [&bias, &gamma, &beta] {
-        check_bias(function, &product, vector);
+    for vector in [("bias", &bias), ("gamma", &gamma), ("beta", &beta)] {
+        check_length(function, &product, vector);
     }
     let (shape, residual_shape) = (product.dims(), residual.dims());
     assert!(
@@ -78,12 +78,17 @@ pub fn bias_residual_layer_norm<const D: usize>(
     layer_norm(product + along_rows(bias) + residual, gamma, beta, epsilon)
 }
 
-/// Panics unless `vector` (a bias, `γ` or `β`) is `[d]`, `product`'s last dimension.
-fn check_bias<const D: usize>(function: &str, product: &Tensor<D>, vector: &Tensor<1>) {
+/// Panics, naming it, unless the vector (a bias, `γ` or `β`) is `[d]`, `product`'s last
+/// dimension.
+fn check_length<const D: usize>(
+    function: &str,
+    product: &Tensor<D>,
+    (name, vector): (&str, &Tensor<1>),
+) {
     let (d, len) = (product.dims()[D - 1], vector.dims()[0]);
     assert!(
         len == d,
-        "{function}: a vector of [{len}] for a product whose last dimension is {d}"
+        "{function}: {name} is [{len}], the product's last dimension {d}"
     );
 }
 

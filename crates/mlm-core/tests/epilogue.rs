@@ -178,8 +178,19 @@ fn a_residual_of_another_shape_is_refused() {
 }
 
 #[test]
-#[should_panic(expected = "bias_gelu: a vector of [47] for a product whose last dimension is 48")]
+#[should_panic(expected = "bias_gelu: bias is [47], the product's last dimension 48")]
 fn a_bias_of_another_length_is_refused() {
     let t = Inputs::new(5).tensors(DType::F32);
     bias_gelu(linear(t.x, t.w, None), t.b.narrow(0, 0, D_OUT - 1));
+}
+
+#[test]
+#[should_panic(
+    expected = "bias_residual_layer_norm: gamma is [47], the product's last dimension 48"
+)]
+fn a_gamma_of_another_length_is_refused_by_name() {
+    let t = Inputs::new(6).tensors(DType::F32);
+    let product = linear(t.x, t.w, None);
+    let gamma = t.gamma.narrow(0, 0, D_OUT - 1);
+    bias_residual_layer_norm(product, t.b, t.residual, (gamma, t.beta), 1e-12);
 }
