@@ -249,8 +249,8 @@ impl<const N: usize> Backward<Flex, N> for GeluBackward {
     }
 }
 
-/// `Σ_rows` of a contiguous `f32` tensor's rows of `d` values, `[d]`, one row after another
-/// (the linear layer's `∂b`).
+/// `Σ_rows` of a contiguous `f32` tensor's rows of `d` values, `[d]`, one row after another:
+/// the gradient of a bias added to each row (the linear layer's `∂b`, and the epilogues').
 fn row_sums(t: &FlexTensor, d: usize) -> FlexTensor {
     let mut sums = vec![0f32; d];
     cpu::add_rows(&mut sums, values(t));
@@ -521,14 +521,20 @@ struct AttentionState {
     qkv_bias: Option<usize>,
 }
 
-/// Query, key and value of `inputs` (three tensors, or one packed) as the kernel reads them:
-/// their first elements.
-fn qkv_starts(inputs: &[FlexTensor], d_model: usize) -> [*const f32; 3] {
-    match *inputs
-        .iter()
-        .map(|x| values(x).as_ptr())
-        .collect::<Vec<_>>()
-    {
+/// Query, key and value as the kernel reads them, from `inputs`: three tensors, or one
+/// packed (`3·d_model` a token).
+fn qkv_views(inputs: &[FlexTensor], d_model: usize) -> [&[f32]; 3] {
+    match *inputs.iter().map(values).collect::<Vec<_>>() {
+        [q, k, v] => [q, k, v],
+        [packed] => [0, 1, 2].map(|i| &packed[i * d_model..]),
+        _ => unreachable!("attention takes three tensors or one packed"),
+    }
+}
+
+/// The first elements of query, key and value (or of their gradients) from `starts`: three
+/// buffers' own, or one packed buffer's (`3·d_model` a token) three column blocks.
+fn qkv_pointers(starts: &[*mut f32], d_model: usize) -> [*mut f32; 3] {
+    match *starts {
         [q, k, v] => [q, k, v],
         // SAFETY (of the arithmetic): the packed buffer holds 3·d_model a token.
         [packed] => [0, 1, 2].map(|i| unsafe { packed.add(i * d_model) }),
@@ -561,14 +567,14 @@ fn flex_attention_forward(
     let key_bias = key_bias.to_contiguous();
     // The buffers are this call's alone to write when biased (owned), and never written
     // otherwise.
-    let starts = match qkv_bias {
-        Some(_) => {
-            let packed = inputs[0].storage_mut::<f32>().as_mut_ptr();
-            // SAFETY (of the arithmetic): the packed buffer holds 3·d_model a token.
-            [0, 1, 2].map(|i| unsafe { packed.add(i * d_model) })
-        }
-        None => qkv_starts(&inputs, d_model).map(|x| x.cast_mut()),
+    let starts: Vec<*mut f32> = match qkv_bias {
+        Some(_) => vec![inputs[0].storage_mut::<f32>().as_mut_ptr()],
+        None => inputs
+            .iter()
+            .map(|x| values(x).as_ptr().cast_mut())
+            .collect(),
     };
+    let starts = qkv_pointers(&starts, d_model);
     let bias = qkv_bias.as_ref().map_or(&[][..], values);
     // SAFETY: each start holds its `[batch, seq, d_model]` at the stride, and nothing else
     // touches the inputs during the call.
@@ -656,18 +662,9 @@ fn attention_backward(state: &AttentionState, d_context: FlexTensor) -> Vec<Flex
         .map(|_| Vec::with_capacity(len))
         .collect();
     let d_model = state.dims.d_model;
-    let outputs: [*mut f32; 3] = match *grads.iter_mut().map(|g| g.as_mut_ptr()).collect::<Vec<_>>()
-    {
-        [dq, dk, dv] => [dq, dk, dv],
-        // SAFETY (of the arithmetic): the packed buffer holds 3·d_model a token.
-        [packed] => [0, 1, 2].map(|i| unsafe { packed.add(i * d_model) }),
-        _ => unreachable!("attention takes three tensors or one packed"),
-    };
-    let qkv = match *state.inputs.iter().map(values).collect::<Vec<_>>() {
-        [q, k, v] => [q, k, v],
-        [packed] => [0, 1, 2].map(|i| &packed[i * d_model..]),
-        _ => unreachable!("attention takes three tensors or one packed"),
-    };
+    let outputs: Vec<*mut f32> = grads.iter_mut().map(|g| g.as_mut_ptr()).collect();
+    let outputs = qkv_pointers(&outputs, d_model);
+    let qkv = qkv_views(&state.inputs, d_model);
     // SAFETY: `grads` hold room for `[batch, seq, d_model]` at the stride `dims` states,
     // nothing else touches them during the call, and it writes every value before `set_len`.
     unsafe {
@@ -816,9 +813,10 @@ impl<const N: usize> Backward<Flex, N> for NormBackward {
     ) {
         backward_with(ops, grads, |state, dy| {
             let [dx, d_gamma, d_beta] = layer_norm_backward(state, dy);
+            let d = d_gamma.shape()[0];
             let mut d_inputs = vec![dx.clone(), d_gamma, d_beta];
             if N == 5 {
-                d_inputs.extend([row_sums(&dx, d_inputs[1].shape()[0]), dx]);
+                d_inputs.extend([row_sums(&dx, d), dx]);
             }
             d_inputs
                 .try_into()
@@ -963,7 +961,7 @@ impl<const N: usize> Backward<Flex, N> for LinearBackward {
                     linear::weight_grad(x_v, dy_v, shape),
                     weight.shape().clone(),
                 ),
-                _ => flex_tensor(linear::bias_grad(dy_v, shape), [shape.d_out]),
+                _ => row_sums(&dy, shape.d_out),
             };
             grads.register::<Flex>(node.id, grad);
         }

@@ -1,9 +1,8 @@
-//! The linear layer's kernels over contiguous row-major `f32` data: `y = x W + b` and its
-//! three gradients. Every output is written whole by one gemm call (or one sweep), so none is
-//! zeroed first: the bias rows are the product's starting value, and the gradients are
-//! products into fresh memory.
+//! The linear layer's kernels over contiguous row-major `f32` data: `y = x W + b` and the
+//! gradients of `x` and `W` (the bias's, a sum over rows, is flex's `row_sums`). Every output
+//! is written whole by one gemm call, so none is zeroed first: the bias rows are the
+//! product's starting value, and the gradients are products into fresh memory.
 
-use super::cpu;
 use super::product::{Matrix, product, product_new};
 
 /// The shape of one linear call: `x [rows, d_in] · W [d_in, d_out]`.
@@ -34,11 +33,4 @@ pub(super) fn input_grad(dy: &[f32], w: &[f32], s: Shape) -> Vec<f32> {
 /// `∂W = xᵀ ∂y`, `[d_in, d_out]`.
 pub(super) fn weight_grad(x: &[f32], dy: &[f32], s: Shape) -> Vec<f32> {
     product_new(Matrix::new(x, s.d_in).t(), Matrix::new(dy, s.d_out))
-}
-
-/// `∂b = Σ_rows ∂y`, `[d_out]`, summed row after row.
-pub(super) fn bias_grad(dy: &[f32], s: Shape) -> Vec<f32> {
-    let mut db = vec![0f32; s.d_out];
-    cpu::add_rows(&mut db, dy);
-    db
 }
