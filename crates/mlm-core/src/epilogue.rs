@@ -5,10 +5,10 @@
 //!
 //! Take the product from [`crate::linear()`] without its bias, then add the bias here. On
 //! burn-flex (`flex` feature, `f32`) each function is one kernel and one autodiff operation,
-//! whose parallel tasks add the bias to their rows just before they read them (GELU in place,
-//! in the product's buffer, which it takes over unless another tensor shares it; LayerNorm
-//! into one row's buffer, with the residual): no bias rows are written under the product,
-//! and the residual sum is never a tensor of its own. The values are those of
+//! whose parallel tasks add the bias to their rows as they read them (GELU in its kernel's
+//! registers, keeping only the derivative for the backward; LayerNorm into one row's
+//! buffer, with the residual): no bias rows are written under the product, and neither
+//! `x W + b` nor the residual sum is ever a tensor of its own. The values are those of
 //! the unfused ops, bit for bit where the product's inner dimension is at most 512 (the
 //! product is then one sum, and `b + Σ` equals `Σ + b`). Elsewhere the same tensor ops as
 //! unfused.

@@ -4,8 +4,8 @@
 //!
 //! - [`cross_entropy_row`]: one row of the fused cross-entropy, `-log p(true token)` and its
 //!   gradient;
-//! - [`gelu`] and [`gelu_backward`] over slices: GELU in its erf form and its exact
-//!   derivative times the incoming gradient.
+//! - [`gelu`] over slices: GELU in its erf form and its exact derivative, which its
+//!   backward multiplies into the incoming gradient ([`mul_assign`]).
 
 use std::mem::MaybeUninit;
 
@@ -215,34 +215,64 @@ fn normal_cdf(x: f32) -> f32 {
     0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
-/// `y = x Φ(x)` elementwise (GELU, Hendrycks & Gimpel 2016, in BERT's erf form), and `Φ(x)`
-/// into `cdf` when given (its backward's costlier half, kept rather than computed again).
-/// Both are written whole, never read: fresh memory needs no zeroing.
+/// `y = u Φ(u)` elementwise (GELU, Hendrycks & Gimpel 2016, in BERT's erf form) of
+/// `u = x + bias`, `bias` added to each row of `bias.len()` values (empty: `u = x`), and
+/// GELU's derivative `Φ(u) + u φ(u)` into `slope` when given: all its backward needs, so
+/// that `u` is never stored. Both are written whole, never read: fresh memory needs no
+/// zeroing.
 #[inline(always)]
-fn gelu_slice(x: &[f32], y: &mut [MaybeUninit<f32>], cdf: Option<&mut [MaybeUninit<f32>]>) {
-    match cdf {
-        Some(cdf) => {
-            for ((y, c), &x) in y.iter_mut().zip(cdf).zip(x) {
-                let phi = normal_cdf(x);
-                c.write(phi);
-                y.write(x * phi);
-            }
+fn gelu_slice(
+    x: &[f32],
+    bias: &[f32],
+    y: &mut [MaybeUninit<f32>],
+    slope: Option<&mut [MaybeUninit<f32>]>,
+) {
+    let d = if bias.is_empty() { x.len() } else { bias.len() };
+    if d == 0 {
+        return;
+    }
+    let mut slopes = slope.map(|slope| slope.chunks_mut(d));
+    for (x, y) in x.chunks(d).zip(y.chunks_mut(d)) {
+        let slope = slopes.as_mut().and_then(Iterator::next);
+        match bias.is_empty() {
+            true => gelu_row::<false>(x, bias, y, slope),
+            false => gelu_row::<true>(x, bias, y, slope),
         }
-        None => y
-            .iter_mut()
-            .zip(x)
-            .for_each(|(y, &x)| _ = y.write(x * normal_cdf(x))),
     }
 }
 
-/// `grad ← grad · (Φ(x) + x φ(x))`, `φ(x) = exp(−x²/2)/√(2π)`: GELU's exact derivative, `Φ(x)`
-/// given (`cdf`, as [`gelu_slice`] wrote it).
+/// [`gelu_slice`] of one row, `u = x + bias` (`BIAS`) or `u = x`. Indexed loops over
+/// slices cut to one length: the compiler vectorises them (a chain of iterator adapters
+/// around the `erf` and `exp` was left as a scalar call).
 #[inline(always)]
-fn gelu_backward_slice(x: &[f32], cdf: &[f32], grad: &mut [f32]) {
+fn gelu_row<const BIAS: bool>(
+    x: &[f32],
+    bias: &[f32],
+    y: &mut [MaybeUninit<f32>],
+    slope: Option<&mut [MaybeUninit<f32>]>,
+) {
     const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
-    for ((g, &x), &c) in grad.iter_mut().zip(x).zip(cdf) {
-        *g *= c + x * FRAC_1_SQRT_2PI * exp(-0.5 * x * x);
+    let n = y.len();
+    let (x, bias) = (&x[..n], &bias[..if BIAS { n } else { 0 }]);
+    let u = |i: usize| if BIAS { x[i] + bias[i] } else { x[i] };
+    match slope {
+        Some(slope) => {
+            let slope = &mut slope[..n];
+            for i in 0..n {
+                let u = u(i);
+                let phi = normal_cdf(u);
+                y[i].write(u * phi);
+                slope[i].write(phi + u * FRAC_1_SQRT_2PI * exp(-0.5 * u * u));
+            }
+        }
+        None => (0..n).for_each(|i| _ = y[i].write(u(i) * normal_cdf(u(i)))),
     }
+}
+
+/// `dst ← dst · src` (same length).
+#[inline(always)]
+fn mul_slice(dst: &mut [f32], src: &[f32]) {
+    dst.iter_mut().zip(src).for_each(|(d, &s)| *d *= s);
 }
 
 /// `dst ← dst + src` (same length).
@@ -484,15 +514,16 @@ multiversion! {
 }
 
 multiversion! {
-    /// GELU of `x` into `y`, and `Φ(x)` into `cdf` if given (all the same length).
+    /// GELU of `x + bias` into `y`, and its derivative into `slope` if given
+    /// ([`gelu_slice`]).
     pub(crate) fn gelu(
-        x: &[f32], y: &mut [MaybeUninit<f32>], cdf: Option<&mut [MaybeUninit<f32>]>
+        x: &[f32], bias: &[f32], y: &mut [MaybeUninit<f32>], slope: Option<&mut [MaybeUninit<f32>]>
     ) -> () = gelu_slice;
 }
 
 multiversion! {
-    /// `grad ← grad · GELU'(x)` from `x` and its `Φ(x)` (all the same length).
-    pub(crate) fn gelu_backward(x: &[f32], cdf: &[f32], grad: &mut [f32]) -> () = gelu_backward_slice;
+    /// `dst ← dst · src` ([`mul_slice`]): GELU's backward, `grad ← grad · GELU'(u)`.
+    pub(crate) fn mul_assign(dst: &mut [f32], src: &[f32]) -> () = mul_slice;
 }
 
 multiversion! {

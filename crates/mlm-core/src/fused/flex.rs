@@ -183,7 +183,7 @@ pub(crate) fn flex_gelu<const D: usize>(x: Tensor<D>, bias: Option<Tensor<1>>) -
 }
 
 /// GELU of `x + bias`, with one autodiff operation over `x` (and the bias) that keeps
-/// `x + bias` and its `Φ` for backward.
+/// `GELU'(x + bias)` for backward, and neither `x` nor `x + bias`.
 fn tracked_gelu<C: CheckpointStrategy, const D: usize>(
     x: Tensor<D>,
     bias: Option<Tensor<1>>,
@@ -194,9 +194,9 @@ where
     let (x, node) = tracked_parts::<C, D>(x);
     let run = |bias: Option<FlexTensor>| {
         move |tracked: bool| {
-            let (y, u, cdf) = gelu(x, bias.as_ref().map(values), tracked);
+            let (y, slope) = gelu(x, bias.as_ref().map(values), tracked);
             let d_bias = bias.map(|b| b.shape()[0]);
-            (y, cdf.map(|cdf| GeluState { u, cdf, d_bias }))
+            (y, slope.map(|slope| GeluState { slope, d_bias }))
         }
     };
     let y = match bias.map(tracked_parts::<C, 1>) {
@@ -206,12 +206,11 @@ where
     from_tracked::<C, D>(y)
 }
 
-/// What GELU's backward needs: its pre-activation `u = x (+ bias)`, `Φ(u)`, and the bias's
-/// length if there is one.
+/// What GELU's backward needs: the derivative `GELU'(u)` at its pre-activation
+/// `u = x (+ bias)`, and the bias's length if there is one.
 #[derive(Clone, Debug)]
 struct GeluState {
-    u: FlexTensor,
-    cdf: FlexTensor,
+    slope: FlexTensor,
     d_bias: Option<usize>,
 }
 
@@ -229,17 +228,13 @@ impl<const N: usize> Backward<Flex, N> for GeluBackward {
         grads: &mut Gradients,
         _checkpointer: &mut Checkpointer,
     ) {
-        backward_with(ops, grads, |GeluState { u, cdf, d_bias }, grad| {
+        backward_with(ops, grads, |GeluState { slope, d_bias }, grad| {
             // The incoming gradient is rarely shared: scaled in place, no buffer is made.
             let mut grad = owned(grad);
             grad.storage_mut::<f32>()
                 .par_chunks_mut(CHUNK)
-                .zip(
-                    values(&u)
-                        .par_chunks(CHUNK)
-                        .zip(values(&cdf).par_chunks(CHUNK)),
-                )
-                .for_each(|(grad, (u, cdf))| cpu::gelu_backward(u, cdf, grad));
+                .zip(values(&slope).par_chunks(CHUNK))
+                .for_each(|(grad, slope)| cpu::mul_assign(grad, slope));
             let d_bias = d_bias.map(|d| row_sums(&grad, d));
             let d_inputs: Vec<_> = std::iter::once(grad).chain(d_bias).collect();
             d_inputs
@@ -258,51 +253,32 @@ fn row_sums(t: &FlexTensor, d: usize) -> FlexTensor {
 }
 
 /// GELU of a `Flex` tensor `x`, or of `x + bias` with a bias `[d]` added to each row of `x`
-/// in place (`x` is then owned, [`owned`]) by the task that reads it, in parallel chunks of
-/// whole rows; returns the output, the pre-activation `u` (`x`, biased) and `Φ(u)` when
-/// `keep_cdf` (for the backward).
-fn gelu(
-    x: FlexTensor,
-    bias: Option<&[f32]>,
-    keep_cdf: bool,
-) -> (FlexTensor, FlexTensor, Option<FlexTensor>) {
-    let mut u = match bias {
-        Some(_) => owned(x),
-        None => x.to_contiguous(),
-    };
-    let shape = u.layout().shape().clone();
+/// as the kernel reads it, in parallel chunks of whole rows; returns the output and, when
+/// `keep_slope` (for the backward), the derivative `GELU'(x + bias)`.
+fn gelu(x: FlexTensor, bias: Option<&[f32]>, keep_slope: bool) -> (FlexTensor, Option<FlexTensor>) {
+    let x = x.to_contiguous();
+    let shape = x.layout().shape().clone();
     let len = shape.num_elements();
-    let chunk = bias.map_or(CHUNK, |b| (CHUNK / b.len().max(1)).max(1) * b.len());
-    let (mut y, mut cdf) = (Vec::new(), keep_cdf.then(Vec::new));
+    let bias = bias.unwrap_or(&[]);
+    let chunk = (CHUNK / bias.len().max(1)).max(1) * bias.len().max(1);
+    let (mut y, mut slope) = (Vec::new(), keep_slope.then(Vec::new));
     let ys = spare(&mut y, len).par_chunks_mut(chunk);
-    // Each task's Φ, or none: one list, so that one loop serves both.
-    let cdfs: Vec<_> = match &mut cdf {
-        Some(cdf) => spare(cdf, len).chunks_mut(chunk).map(Some).collect(),
+    // Each task's slope, or none: one list, so that one loop serves both.
+    let slopes: Vec<_> = match &mut slope {
+        Some(slope) => spare(slope, len).chunks_mut(chunk).map(Some).collect(),
         None => (0..len.div_ceil(chunk)).map(|_| None).collect(),
     };
-    let tasks = ys.zip(cdfs);
-    match bias {
-        Some(bias) => u
-            .storage_mut::<f32>()
-            .par_chunks_mut(chunk)
-            .zip(tasks)
-            .for_each(|(u, (y, cdf))| {
-                u.chunks_exact_mut(bias.len())
-                    .for_each(|row| cpu::add_assign(row, bias));
-                cpu::gelu(u, y, cdf);
-            }),
-        None => values(&u)
-            .par_chunks(chunk)
-            .zip(tasks)
-            .for_each(|(u, (y, cdf))| cpu::gelu(u, y, cdf)),
-    }
+    values(&x)
+        .par_chunks(chunk)
+        .zip(ys.zip(slopes))
+        .for_each(|(x, (y, slope))| cpu::gelu(x, bias, y, slope));
     // SAFETY: the GELU kernel wrote every value of both.
     unsafe {
         y.set_len(len);
-        cdf.iter_mut().for_each(|cdf| cdf.set_len(len));
+        slope.iter_mut().for_each(|slope| slope.set_len(len));
     }
-    let cdf = cdf.map(|cdf| flex_tensor(cdf, shape.clone()));
-    (flex_tensor(y, shape), u, cdf)
+    let slope = slope.map(|slope| flex_tensor(slope, shape.clone()));
+    (flex_tensor(y, shape), slope)
 }
 
 /// `len` values of room at the end of the empty `v`, for a kernel that writes all of them

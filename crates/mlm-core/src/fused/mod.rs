@@ -175,7 +175,7 @@ pub(crate) use flex::{flex_attention, flex_gelu, flex_layer_norm, flex_linear, o
 #[cfg(test)]
 mod tests {
     use super::cpu::{
-        cross_entropy_row, erf, exp, gelu, gelu_backward, layer_norm, layer_norm_backward, softmax,
+        cross_entropy_row, erf, exp, gelu, layer_norm, layer_norm_backward, mul_assign, softmax,
         softmax_backward,
     };
     use std::mem::MaybeUninit;
@@ -208,11 +208,11 @@ mod tests {
             let mut z = x.clone();
             let (nll, correct) = cross_entropy_row_in_place(&mut z, &w, 5, 0.1, true);
             bits.extend([nll.to_bits(), u32::from(correct)]);
-            let (mut y, mut cdf) = (out(n), out(n));
-            gelu(&x, &mut y, Some(&mut cdf));
-            let (y, cdf) = (written(&y), written(&cdf));
+            let (mut y, mut slope) = (out(n), out(n));
+            gelu(&x, &w[..53], &mut y, Some(&mut slope));
+            let (y, slope) = (written(&y), written(&slope));
             let mut dy = w.clone();
-            gelu_backward(&x, &cdf, &mut dy);
+            mul_assign(&mut dy, &slope);
             let (mut ln, mut x_hat, mut dx) = (out(n), out(n), out(n));
             let r = layer_norm(&x, &w, &x, 1e-12, &mut ln, &mut x_hat);
             let (mut d_gamma, mut d_beta) = (vec![0f32; n], vec![0f32; n]);
@@ -229,7 +229,7 @@ mod tests {
             let outputs = [
                 z,
                 y,
-                cdf,
+                slope,
                 dy,
                 written(&ln),
                 x_hat,
@@ -297,24 +297,46 @@ mod tests {
 
     #[test]
     fn gelu_and_its_derivative_match_the_erf_formula_in_f64() {
-        let x: Vec<f32> = (0..2001).map(|i| -8.0 + 0.008 * i as f32).collect();
-        let (mut y, mut cdf, mut y_alone) = (out(x.len()), out(x.len()), out(x.len()));
-        gelu(&x, &mut y, Some(&mut cdf));
-        let (y, cdf) = (written(&y), written(&cdf));
-        let mut dy = vec![1f32; x.len()];
-        gelu_backward(&x, &cdf, &mut dy);
-        gelu(&x, &mut y_alone, None);
-        let y_alone = written(&y_alone);
-        assert_eq!(y, y_alone, "keeping Φ(x) changes no output bit");
-        for ((&x, &y), &dy) in x.iter().zip(&y).zip(&dy) {
-            let x = f64::from(x);
-            let cdf = 0.5 * (1.0 + libm::erf(x / std::f64::consts::SQRT_2));
-            let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+        // 2 001 values in 23 rows of 87, each row shifted by its bias.
+        let x: Vec<f32> = (0..2001).map(|i| -7.0 + 0.007 * i as f32).collect();
+        let bias: Vec<f32> = (0..87).map(|j| (j as f32 - 43.0) / 43.0).collect();
+        let u: Vec<f32> = x
+            .iter()
+            .zip(bias.iter().cycle())
+            .map(|(&x, &b)| x + b)
+            .collect();
+        let n = x.len();
+        let (mut y, mut slope) = (out(n), out(n));
+        gelu(&x, &bias, &mut y, Some(&mut slope));
+        let (y, slope) = (written(&y), written(&slope));
+        let (mut y_of_u, mut slope_of_u, mut y_alone) = (out(n), out(n), out(n));
+        gelu(&u, &[], &mut y_of_u, Some(&mut slope_of_u));
+        gelu(&x, &bias, &mut y_alone, None);
+        assert_eq!(
+            y,
+            written(&y_of_u),
+            "the bias added as the kernel reads x is x + b"
+        );
+        assert_eq!(slope, written(&slope_of_u), "and so is its slope");
+        assert_eq!(
+            y,
+            written(&y_alone),
+            "keeping the slope changes no output bit"
+        );
+        let mut dy = vec![0.5f32; n];
+        mul_assign(&mut dy, &slope);
+        for ((&u, &y), &dy) in u.iter().zip(&y).zip(&dy) {
+            let u = f64::from(u);
+            let cdf = 0.5 * (1.0 + libm::erf(u / std::f64::consts::SQRT_2));
+            let pdf = (-0.5 * u * u).exp() / (2.0 * std::f64::consts::PI).sqrt();
             assert!(
-                (f64::from(y) - x * cdf).abs() < 1e-6 * (1.0 + x.abs()),
-                "gelu({x})"
+                (f64::from(y) - u * cdf).abs() < 1e-6 * (1.0 + u.abs()),
+                "gelu({u})"
             );
-            assert!((f64::from(dy) - (cdf + x * pdf)).abs() < 1e-6, "gelu'({x})");
+            assert!(
+                (f64::from(dy) - 0.5 * (cdf + u * pdf)).abs() < 1e-6,
+                "gelu'({u})"
+            );
         }
     }
 
