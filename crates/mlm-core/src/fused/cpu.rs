@@ -265,7 +265,10 @@ fn gelu_row<const BIAS: bool>(
                 slope[i].write(phi + u * FRAC_1_SQRT_2PI * exp(-0.5 * u * u));
             }
         }
-        None => (0..n).for_each(|i| _ = y[i].write(u(i) * normal_cdf(u(i)))),
+        None => (0..n).for_each(|i| {
+            let u = u(i);
+            y[i].write(u * normal_cdf(u));
+        }),
     }
 }
 
