@@ -4,8 +4,8 @@
 //!
 //! - [`cross_entropy_row`]: one row of the fused cross-entropy, `-log p(true token)` and its
 //!   gradient;
-//! - [`gelu`] over slices: GELU in its erf form and its exact derivative, which its
-//!   backward multiplies into the incoming gradient ([`mul_assign`]).
+//! - [`gelu`] and [`gelu_backward`] over slices: GELU in its erf form and its exact
+//!   derivative, which the backward multiplies into the incoming gradient.
 
 use std::mem::MaybeUninit;
 
@@ -265,10 +265,12 @@ fn gelu_row<const BIAS: bool>(
                 slope[i].write(phi + u * FRAC_1_SQRT_2PI * exp(-0.5 * u * u));
             }
         }
-        None => (0..n).for_each(|i| {
-            let u = u(i);
-            y[i].write(u * normal_cdf(u));
-        }),
+        None => {
+            for i in 0..n {
+                let u = u(i);
+                y[i].write(u * normal_cdf(u));
+            }
+        }
     }
 }
 
@@ -525,8 +527,9 @@ multiversion! {
 }
 
 multiversion! {
-    /// `dst ← dst · src` ([`mul_slice`]): GELU's backward, `grad ← grad · GELU'(u)`.
-    pub(crate) fn mul_assign(dst: &mut [f32], src: &[f32]) -> () = mul_slice;
+    /// GELU's backward, `grad ← grad · GELU'(u)`, from the derivative [`gelu`] kept
+    /// ([`mul_slice`]).
+    pub(crate) fn gelu_backward(grad: &mut [f32], slope: &[f32]) -> () = mul_slice;
 }
 
 multiversion! {

@@ -234,7 +234,7 @@ impl<const N: usize> Backward<Flex, N> for GeluBackward {
             grad.storage_mut::<f32>()
                 .par_chunks_mut(CHUNK)
                 .zip(values(&slope).par_chunks(CHUNK))
-                .for_each(|(grad, slope)| cpu::mul_assign(grad, slope));
+                .for_each(|(grad, slope)| cpu::gelu_backward(grad, slope));
             let d_bias = d_bias.map(|d| row_sums(&grad, d));
             let d_inputs: Vec<_> = std::iter::once(grad).chain(d_bias).collect();
             d_inputs

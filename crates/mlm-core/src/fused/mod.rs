@@ -175,7 +175,7 @@ pub(crate) use flex::{flex_attention, flex_gelu, flex_layer_norm, flex_linear, o
 #[cfg(test)]
 mod tests {
     use super::cpu::{
-        cross_entropy_row, erf, exp, gelu, layer_norm, layer_norm_backward, mul_assign, softmax,
+        cross_entropy_row, erf, exp, gelu, gelu_backward, layer_norm, layer_norm_backward, softmax,
         softmax_backward,
     };
     use std::mem::MaybeUninit;
@@ -212,7 +212,7 @@ mod tests {
             gelu(&x, &w[..53], &mut y, Some(&mut slope));
             let (y, slope) = (written(&y), written(&slope));
             let mut dy = w.clone();
-            mul_assign(&mut dy, &slope);
+            gelu_backward(&mut dy, &slope);
             let (mut ln, mut x_hat, mut dx) = (out(n), out(n), out(n));
             let r = layer_norm(&x, &w, &x, 1e-12, &mut ln, &mut x_hat);
             let (mut d_gamma, mut d_beta) = (vec![0f32; n], vec![0f32; n]);
@@ -324,7 +324,7 @@ mod tests {
             "keeping the slope changes no output bit"
         );
         let mut dy = vec![0.5f32; n];
-        mul_assign(&mut dy, &slope);
+        gelu_backward(&mut dy, &slope);
         for ((&u, &y), &dy) in u.iter().zip(&y).zip(&dy) {
             let u = f64::from(u);
             let cdf = 0.5 * (1.0 + libm::erf(u / std::f64::consts::SQRT_2));
