@@ -266,9 +266,9 @@ fn gelu_row<const BIAS: bool>(
             }
         }
         None => {
-            for i in 0..n {
+            for (i, y) in y.iter_mut().enumerate() {
                 let u = u(i);
-                y[i].write(u * normal_cdf(u));
+                y.write(u * normal_cdf(u));
             }
         }
     }
