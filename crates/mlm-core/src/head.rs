@@ -22,9 +22,10 @@ use crate::{MaskedCrossEntropy, MaskedTargets, MlmError, MlmLossOutput};
 ///
 /// On burn-flex (`flex` feature) this is one vectorised CPU kernel, and under autodiff one
 /// operation whose backward is the exact derivative `Φ(x) + x φ(x)` (`erf` to within 4e-7).
-/// Elsewhere it is built from `erf` ops rather than `burn::tensor::activation::gelu`: burn
-/// 0.21's default `gelu` computes the forward with erf but the backward with the derivative of
-/// the tanh approximation, which puts gradients ~3e-4 (relative) off PyTorch's.
+/// Elsewhere it is built from `erf` ops rather than `burn::tensor::activation::gelu`: Burn's
+/// default `gelu` (0.21, and still 0.22.1's `ActivationOps::gelu_backward`) computes the
+/// forward with erf but the backward with the derivative of the tanh approximation, which
+/// puts gradients ~3e-4 (relative) off PyTorch's.
 ///
 /// # Shapes
 /// - input, output: `[...]`, elementwise.
