@@ -241,9 +241,10 @@ fn gelu_slice(
     }
 }
 
-/// [`gelu_slice`] of one row, `u = x + bias` (`BIAS`) or `u = x`. Indexed loops over
-/// slices cut to one length: the compiler vectorises them (a chain of iterator adapters
-/// around the `erf` and `exp` was left as a scalar call).
+/// [`gelu_slice`] of one row, `u = x + bias` (`BIAS`) or `u = x`. Plain `for` loops by
+/// position over slices cut to one length: the compiler vectorises them (a chain of
+/// iterator adapters, or a `for_each` over a range, around the `erf` and `exp` was left as a
+/// scalar call).
 #[inline(always)]
 fn gelu_row<const BIAS: bool>(
     x: &[f32],
