@@ -260,7 +260,8 @@ fn gelu(x: FlexTensor, bias: Option<&[f32]>, keep_slope: bool) -> (FlexTensor, O
     let shape = x.layout().shape().clone();
     let len = shape.num_elements();
     let bias = bias.unwrap_or(&[]);
-    let chunk = (CHUNK / bias.len().max(1)).max(1) * bias.len().max(1);
+    let row = bias.len().max(1);
+    let chunk = (CHUNK / row).max(1) * row;
     let (mut y, mut slope) = (Vec::new(), keep_slope.then(Vec::new));
     let ys = spare(&mut y, len).par_chunks_mut(chunk);
     // Each task's slope, or none: one list, so that one loop serves both.
